@@ -1,0 +1,254 @@
+"""The ``usage-billing`` command line (Typer). Beam flags go after ``--``.
+
+Every user mistake ends with one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+
+from pipelines.errors import UsageBillingError
+from pipelines.settings import Settings
+from schemas.catalog import CatalogError
+
+err = Console(stderr=True)
+out = Console()
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Usage analytics and quota billing for an AI model provider.",
+)
+db_app = typer.Typer(no_args_is_help=True, help="Warehouse schema.")
+accounts_app = typer.Typer(no_args_is_help=True, help="Accounts and their plans.")
+events_app = typer.Typer(no_args_is_help=True, help="Usage events: generate and ingest.")
+usage_app = typer.Typer(no_args_is_help=True, help="Usage aggregates.")
+app.add_typer(db_app, name="db")
+app.add_typer(accounts_app, name="accounts")
+app.add_typer(events_app, name="events")
+app.add_typer(usage_app, name="usage")
+
+BEAM = {"allow_extra_args": True, "ignore_unknown_options": True}
+DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-DD")]
+FromOpt = Annotated[str | None, typer.Option("--from", help="first date of a range")]
+ToOpt = Annotated[str | None, typer.Option("--to", help="last date of a range")]
+
+
+@app.callback()
+def global_options(
+    ctx: typer.Context,
+    config: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_CONFIG", help="catalog TOML")] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(envvar="USAGE_BILLING_DATABASE_URL", show_default=False, help="SQLAlchemy URL"),
+    ] = None,
+    lake: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_LAKE", help="lake root")] = None,
+    landing: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_LANDING", help="landing root")] = None,
+) -> None:
+    ctx.obj = Settings.from_env(config=config, database_url=database_url, lake=lake, landing=landing)
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    return ctx.find_root().obj
+
+
+def _dates_argv(date: str | None, start: str | None, end: str | None) -> list[str]:
+    argv: list[str] = []
+    for flag, value in (("--date", date), ("--from", start), ("--to", end)):
+        if value is not None:
+            argv += [flag, value]
+    return argv
+
+
+def _step(label: str):  # type: ignore[no-untyped-def]
+    return err.status(f"[bold]{label}[/bold]", spinner="dots")
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context) -> None:
+    """Apply every migration to the warehouse."""
+    from pipelines.warehouse import make_engine, redact, upgrade
+
+    s = _settings(ctx)
+    upgrade(make_engine(s.database_url))
+    out.print(f"warehouse at {redact(s.database_url)} is up to date")
+
+
+@accounts_app.command("load")
+def accounts_load(ctx: typer.Context, file: Path) -> None:
+    """Load an accounts CSV (account_id,plan,timezone,active_from,active_until)."""
+    from pipelines.accounts import load_accounts
+    from pipelines.warehouse import check_connection, make_engine
+
+    s = _settings(ctx)
+    engine = make_engine(s.database_url)
+    check_connection(engine)
+    n = load_accounts(engine, file, s.catalog)
+    out.print(f"loaded {n} account rows from {file}")
+
+
+@events_app.command("generate")
+def events_generate(
+    ctx: typer.Context,
+    days: int = typer.Option(242, help="number of days"),
+    start: str = typer.Option("2026-02-01", help="first day"),
+    accounts: int = typer.Option(5000, help="number of accounts"),
+    events_per_day: int = typer.Option(9000, help="average events per day"),
+    seed: int = typer.Option(7, help="random seed (same seed, same files)"),
+    duplicate_rate: float = typer.Option(0.004, help="share of events resent"),
+    late_rate: float = typer.Option(0.003, help="share of events landing days late"),
+    fmt: str = typer.Option("mixed", "--format", help="mixed | parquet | jsonl"),
+) -> None:
+    """Write synthetic landing files and an accounts CSV for the scenario."""
+    from pipelines.beam_options import parse_date
+    from pipelines.generate import GeneratorConfig, generate, write_landing
+
+    s = _settings(ctx)
+    try:
+        cfg = GeneratorConfig(
+            start=parse_date(start),
+            days=days,
+            accounts=accounts,
+            events_per_day=events_per_day,
+            seed=seed,
+            duplicate_rate=duplicate_rate,
+            late_rate=late_rate,
+            fmt=fmt,
+        )
+    except ValueError as exc:
+        raise UsageBillingError(str(exc)) from None
+    with _step(f"generating {days} days of events"):
+        gen = generate(s.catalog, cfg)
+        files = write_landing(gen, cfg, s.landing)
+    out.print(
+        f"wrote {gen.events.num_rows:,} events ({gen.duplicates:,} resends, {gen.late:,} late) "
+        f"in {len(files)} files under {s.landing}, and {len(gen.accounts):,} account rows"
+    )
+
+
+@events_app.command("ingest", context_settings=BEAM)
+def events_ingest(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
+    """Validate, deduplicate and store landing files in the lake (Beam flags after --)."""
+    from pipelines import ingest
+
+    s = _settings(ctx)
+    with _step("ingesting"):
+        result = ingest.run([*s.argv(), *_dates_argv(date, start, end), *ctx.args])
+    _print_ingest(result)
+
+
+def _print_ingest(result) -> None:  # type: ignore[no-untyped-def]
+    out.print(
+        f"run {result.run_id}: read {result.total('rows_read'):,} rows: clean {result.total('clean'):,}, "
+        f"quarantined {result.total('quarantined'):,}, duplicates {result.total('duplicates'):,}"
+    )
+    if result.changed_dates:
+        out.print(
+            f"partitions changed: {len(result.changed_dates)} date(s), "
+            f"{result.changed_dates[0]} .. {result.changed_dates[-1]}"
+        )
+
+
+@usage_app.command("aggregate", context_settings=BEAM)
+def usage_aggregate(
+    ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None
+) -> None:
+    """Aggregate lake partitions into usage_daily (Beam flags after --)."""
+    from pipelines import aggregate
+
+    s = _settings(ctx)
+    with _step("aggregating"):
+        loaded = aggregate.run([*s.argv(), *_dates_argv(date, start, end), *ctx.args])
+    out.print(f"usage_daily: {sum(loaded.values()):,} rows for {len(loaded)} day(s)")
+
+
+@app.command("run-day", context_settings=BEAM)
+def run_day(ctx: typer.Context, date: Annotated[str, typer.Option("--date", help="landing date")]) -> None:
+    """Ingest one landing date, then aggregate it and every past date its late events changed."""
+    from pipelines.beam_options import parse_date
+    from pipelines.jobs import ingest_and_aggregate
+
+    s = _settings(ctx)
+    day = parse_date(date)
+    with _step(f"run-day {day}") as status:
+        result = ingest_and_aggregate(
+            s, [day], ctx.args, on_step=lambda n: status.update(f"run-day {day}: {n}")
+        )
+    _print_ingest(result.ingest)
+    out.print(f"aggregated {len(result.aggregated)} date(s): {', '.join(str(d) for d in result.aggregated)}")
+
+
+@app.command("demo", context_settings=BEAM)
+def demo(
+    ctx: typer.Context,
+    days: int = typer.Option(242, help="days from 2026-02-01 (242 = to 2026-09-30)"),
+    accounts: int = typer.Option(5000),
+    events_per_day: int = typer.Option(9000),
+    seed: int = typer.Option(7),
+) -> None:
+    """Everything on generated data with the embedded defaults (SQLite, local lake, in-process Beam)."""
+    from pipelines.demo import run_demo
+
+    run_demo(
+        _settings(ctx),
+        days=days,
+        accounts=accounts,
+        events_per_day=events_per_day,
+        seed=seed,
+        beam_args=ctx.args,
+        out=out,
+        err=err,
+    )
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    class _DropNoise(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "apitools not found" not in record.getMessage()
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_DropNoise())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and turns user errors into one line on stderr."""
+    from sqlalchemy.exc import OperationalError
+
+    _quiet_libraries()
+    try:
+        app(args=argv, standalone_mode=False, prog_name="usage-billing")
+    except (UsageBillingError, CatalogError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        err.print("aborted", markup=False)
+        return 130
+    except OperationalError as exc:  # the database went away mid-step; the transaction rolled back
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "database error"
+        err.print(f"error: database operation failed (rolled back): {reason}", markup=False, soft_wrap=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""``usage-billing demo``: the whole pipeline on generated data, with the embedded defaults.
+
+Generates the scenario (2026-02-01 .. 2026-09-30 by default, about 2M events), loads the accounts,
+ingests every landing date in one pipeline run, aggregates, and prints a summary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlalchemy import Engine, func, select
+
+from pipelines import aggregate, ingest, lake
+from pipelines.accounts import load_accounts
+from pipelines.errors import UsageBillingError
+from pipelines.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs import date_args
+from pipelines.settings import Settings
+from pipelines.warehouse import make_engine, upgrade
+from schemas.warehouse import UsageDaily
+
+MARKER = ".usage-billing-demo"
+START = dt.date(2026, 2, 1)
+
+
+def _reset(folder: str) -> None:
+    """Empty a demo folder; refuse to touch one that holds data the demo did not make."""
+    if not lake.is_local(folder):
+        raise UsageBillingError(f"the demo runs on local folders only, not {folder}")
+    if os.path.isdir(folder) and os.listdir(folder) and not os.path.exists(os.path.join(folder, MARKER)):
+        raise UsageBillingError(
+            f"{folder} holds data the demo did not create; point --lake/--landing elsewhere"
+        )
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    open(os.path.join(folder, MARKER), "w").close()
+
+
+def tokens_by_model_month(engine: Engine) -> dict[str, dict[str, int]]:
+    """model -> month (YYYY-MM) -> input + output tokens, from usage_daily."""
+    t = UsageDaily.__table__
+    stmt = select(t.c.model, t.c.day, func.sum(t.c.input_tokens + t.c.output_tokens)).group_by(
+        t.c.model, t.c.day
+    )
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    with engine.connect() as conn:
+        for model, day, tokens in conn.execute(stmt):
+            out[model][f"{day:%Y-%m}"] += int(tokens)
+    return out
+
+
+def run_demo(
+    settings: Settings,
+    *,
+    days: int,
+    accounts: int,
+    events_per_day: int,
+    seed: int,
+    beam_args: list[str],
+    out: Console,
+    err: Console,
+) -> None:
+    began = time.perf_counter()
+    catalog = settings.catalog
+    cfg = GeneratorConfig(start=START, days=days, accounts=accounts, events_per_day=events_per_day, seed=seed)
+    dates = [cfg.start + dt.timedelta(days=i) for i in range(days)]
+    engine = make_engine(settings.database_url)
+    steps = ["warehouse schema", "generate events", "load accounts", "ingest", "aggregate usage"]
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+    with progress:
+        overall = progress.add_task("demo", total=len(steps))
+
+        def step(name: str) -> None:
+            progress.update(overall, description=f"demo: {name}")
+
+        step(steps[0])
+        upgrade(engine)
+        progress.advance(overall)
+        step(steps[1])
+        _reset(settings.landing)
+        _reset(settings.lake)
+        gen = generate(catalog, cfg)
+        write_landing(gen, cfg, settings.landing)
+        progress.advance(overall)
+        step(steps[2])
+        load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
+        progress.advance(overall)
+        step(f"{steps[3]} ({days} landing days, {gen.events.num_rows:,} rows)")
+        result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
+        progress.advance(overall)
+        step(steps[4])
+        aggregate.run([*settings.argv(), *date_args(dates), *beam_args])
+        progress.advance(overall)
+        step("done")
+    _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
+    engine.dispose()
+
+
+def _summary(
+    out: Console, result: ingest.IngestResult, tokens: dict[str, dict[str, int]], seconds: float
+) -> None:
+    counts = Table(title="Ingest", show_header=True)
+    for col in ("rows read", "ingested", "quarantined", "duplicates"):
+        counts.add_column(col, justify="right")
+    counts.add_row(*(f"{result.total(k):,}" for k in ("rows_read", "clean", "quarantined", "duplicates")))
+    out.print(counts)
+    months = sorted({m for per in tokens.values() for m in per})
+    table = Table(title="Tokens (input + output) per model per month, millions", show_header=True)
+    table.add_column("model", no_wrap=True)
+    for m in months:
+        table.add_column(dt.date.fromisoformat(f"{m}-01").strftime("%b %y"), justify="right", no_wrap=True)
+    for model in sorted(tokens):
+        table.add_row(
+            model, *(f"{tokens[model][m] / 1e6:,.0f}" if tokens[model].get(m) else "-" for m in months)
+        )
+    out.print(table)
+    out.print(f"demo finished in {seconds:.0f} s; warehouse and lake as configured (see --help)")

@@ -1,0 +1,453 @@
+"""Synthetic usage events for the DESIGN.md scenario, vectorized with numpy (deterministic by seed).
+
+What the data shows, driven by the catalog:
+- thousands of accounts on every plan and pay-as-you-go, in several timezones, some joining late,
+  some changing plan mid-period, with heavy-tailed activity and weekly seasonality;
+- each model's share rises after launch and fades before its retirement date;
+- a model with its own quota pool (the fast coding model) is adopted after launch, then adopters
+  churn week after week until a few dozen heavy users remain; they use it mostly on days when
+  their main pool is already exhausted (the backup tank);
+- a speed tier that starts selling mid-range (the flagship's ultrafast) is adopted from its first day;
+- a configurable share of resends (exact duplicates) and of late events (landing days later).
+
+Usage: ``usage-billing events generate --days 30 --accounts 2000 --events-per-day 20000``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import gzip
+import itertools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from schemas.catalog import Catalog
+from schemas.events import EVENT_SCHEMA, SPEED_TIERS
+
+DAY_US = 86_400_000_000
+TIMEZONES = (
+    ("UTC", 0.22),
+    ("America/New_York", 0.18),
+    ("America/Los_Angeles", 0.14),
+    ("Europe/Berlin", 0.14),
+    ("Europe/London", 0.08),
+    ("Asia/Tokyo", 0.08),
+    ("Asia/Kolkata", 0.07),
+    ("Australia/Sydney", 0.04),
+    ("Pacific/Honolulu", 0.03),
+    ("Pacific/Kiritimati", 0.02),
+)
+PLAN_MIX = {"free": 0.40, "plus": 0.30, "pro": 0.15, None: 0.15}
+ACTIVITY = {"free": 0.5, "plus": 1.4, "pro": 3.0, None: 1.0}
+ERROR_CODES = ("context_length_exceeded", "rate_limited", "server_error", "timeout")
+TIER_SPEED = {"standard": 1.0, "priority": 1.6, "ultrafast": 3.8}
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    start: dt.date = dt.date(2026, 2, 1)
+    days: int = 242
+    accounts: int = 5000
+    events_per_day: int = 9000
+    seed: int = 7
+    duplicate_rate: float = 0.004
+    late_rate: float = 0.003
+    late_max_days: int = 4
+    fmt: str = "mixed"  # mixed | parquet | jsonl
+
+    def __post_init__(self) -> None:
+        if self.days < 1 or self.accounts < 1 or self.events_per_day < 1:
+            raise ValueError("--days, --accounts and --events-per-day must be positive")
+        if not (0 <= self.duplicate_rate < 1 and 0 <= self.late_rate < 1):
+            raise ValueError("duplicate and late rates must be in [0, 1)")
+        if self.fmt not in ("mixed", "parquet", "jsonl"):
+            raise ValueError(f"unknown format {self.fmt!r}: use mixed, parquet or jsonl")
+
+    @property
+    def end(self) -> dt.date:
+        return self.start + dt.timedelta(days=self.days - 1)
+
+
+@dataclass
+class Generated:
+    events: pa.Table  # EVENT_SCHEMA + landing_date (date32); resends included
+    accounts: list[dict[str, str]]
+    duplicates: int
+    late: int
+
+
+def _ramp(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, 0.0, 1.0)
+
+
+def _model_weights(catalog: Catalog, days: np.ndarray, models: list[str]) -> np.ndarray:
+    """[day, model] popularity: ramps up over 4 weeks after launch, fades over 16 weeks before retiring."""
+    w = np.zeros((len(days), len(models)))
+    for j, mid in enumerate(models):
+        m = catalog.model(mid)
+        age = (days - np.datetime64(m.launched)).astype(np.int64)
+        weight = _ramp((age + 1) / 28.0) * (1.0 + 0.004 * np.maximum(age, 0).clip(0, 200))
+        if m.retires is not None:
+            left = (np.datetime64(m.retires) - days).astype(np.int64)
+            weight = weight * _ramp(left / 112.0) ** 1.5
+        w[:, j] = weight
+    return w
+
+
+def _tier_probs(catalog: Catalog, days: list[dt.date], models: list[str]) -> np.ndarray:
+    """[day, model, tier] probabilities over the tiers sold that day; a new tier ramps up over 6 weeks."""
+    probs = np.zeros((len(days), len(models), len(SPEED_TIERS)))
+    base = {"standard": 0.72, "priority": 0.28, "ultrafast": 0.0}
+    for i, day in enumerate(days):
+        for j, mid in enumerate(models):
+            sold = catalog.tiers_sold(mid, day)
+            for k, tier in enumerate(SPEED_TIERS):
+                if tier not in sold:
+                    continue
+                if tier == "ultrafast":
+                    first = min(p.effective_from for p in catalog.prices if p.model == mid and p.tier == tier)
+                    probs[i, j, k] = 0.05 + 0.40 * min(1.0, (day - first).days / 42.0)
+                else:
+                    probs[i, j, k] = base[tier]
+            total = probs[i, j].sum()
+            if total > 0:
+                probs[i, j] /= total
+    return probs
+
+
+def _sample_categorical(rng: np.random.Generator, cum: np.ndarray) -> np.ndarray:
+    """One draw per row of the cumulative-probability matrix ``cum`` [n, k]."""
+    u = rng.random(len(cum))[:, None] * cum[:, -1:]
+    return (u >= cum).sum(axis=1).clip(0, cum.shape[1] - 1)
+
+
+def _pool_models(catalog: Catalog) -> list[str]:
+    """Models that some plan gives their own pool (listed by name, not through "*")."""
+    named = {
+        m for plan in catalog.plans for pool in plan.pools if "*" not in pool.models for m in pool.models
+    }
+    return [m for m in catalog.model_ids if m in named]
+
+
+def _main_allowance(catalog: Catalog, plan: str | None, pool_models: list[str]) -> float:
+    """Weekly token allowance of the plan's pools that cover the ordinary models (inf without a plan)."""
+    if plan is None:
+        return np.inf
+    total = 0.0
+    for pool in catalog.plan(plan).pools:
+        if "*" in pool.models:
+            per_week = {"day": 7, "week": 1, "month": 7 / 30}[pool.period]
+            total += pool.allowance_tokens * per_week
+    return total or np.inf
+
+
+def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
+    rng = np.random.default_rng(cfg.seed)
+    n_acc, n_days = cfg.accounts, cfg.days
+    day_list = [cfg.start + dt.timedelta(days=i) for i in range(n_days)]
+    days = np.array(day_list, dtype="datetime64[D]")
+    plan_names = [p for p in PLAN_MIX if p is None or p in {pl.id for pl in catalog.plans}]
+    plan_p = np.array([PLAN_MIX[p] for p in plan_names])
+    plan_idx = rng.choice(len(plan_names), size=n_acc, p=plan_p / plan_p.sum())
+    tz_names = [t for t, _ in TIMEZONES]
+    tz_p = np.array([p for _, p in TIMEZONES])
+    tz_idx = rng.choice(len(tz_names), size=n_acc, p=tz_p / tz_p.sum())
+    joined = np.where(rng.random(n_acc) < 0.7, 0, rng.integers(0, n_days, n_acc))
+    leaves = np.where(rng.random(n_acc) < 0.05, rng.integers(0, n_days, n_acc), n_days)
+    leaves = np.maximum(leaves, joined + 1)
+    upgrade_day = np.where(
+        (np.array(plan_names, dtype=object)[plan_idx] == "plus") & (rng.random(n_acc) < 0.06),
+        rng.integers(0, n_days, n_acc),
+        -1,
+    )
+    upgrade_day = np.where(upgrade_day > joined, upgrade_day, -1)
+    activity = rng.lognormal(0.0, 1.0, n_acc) * np.array([ACTIVITY[plan_names[i]] for i in plan_idx])
+
+    # -- ordinary models: requests per (account, day) -------------------------------------------
+    dow = (days.astype(np.int64) + 3) % 7  # 0 = Monday
+    weekday = np.where(dow < 5, 1.0, np.where(dow == 5, 0.55, 0.5))
+    growth = 1.0 + 0.25 * np.arange(n_days) / max(n_days - 1, 1)
+    active = (np.arange(n_days)[None, :] >= joined[:, None]) & (np.arange(n_days)[None, :] < leaves[:, None])
+    rate = activity[:, None] * (weekday * growth)[None, :] * active
+    pool_models = _pool_models(catalog)
+    ordinary = [m for m in catalog.model_ids if m not in pool_models]
+    rate *= cfg.events_per_day * n_days * 0.9 / max(rate.sum(), 1e-9)
+    counts = rng.poisson(rate)
+    cell = np.repeat(np.arange(n_acc * n_days), counts.ravel())
+    acc = cell // n_days
+    day = cell % n_days
+    weights = _model_weights(catalog, days, ordinary)
+    model_local = _sample_categorical(rng, np.cumsum(weights, axis=1)[day])
+    model = np.array([catalog.model_ids.index(m) for m in ordinary])[model_local]
+    input_tok, output_tok = _tokens(rng, len(acc), 8.6, 6.2)
+
+    # -- pool models: adopters, churn, and use when the main pool is exhausted ------------------
+    spark_parts = []
+    for mid in pool_models:
+        spark_parts.append(
+            _pool_model_events(
+                catalog,
+                cfg,
+                rng,
+                mid,
+                plan_names,
+                plan_idx,
+                activity,
+                active,
+                days,
+                acc,
+                day,
+                input_tok + output_tok,
+            )
+        )
+    if spark_parts:
+        s_acc = np.concatenate([p[0] for p in spark_parts])
+        s_day = np.concatenate([p[1] for p in spark_parts])
+        s_model = np.concatenate([p[2] for p in spark_parts])
+        s_in, s_out = _tokens(rng, len(s_acc), 9.1, 6.6)
+        acc = np.concatenate([acc, s_acc])
+        day = np.concatenate([day, s_day])
+        model = np.concatenate([model, s_model])
+        input_tok = np.concatenate([input_tok, s_in])
+        output_tok = np.concatenate([output_tok, s_out])
+
+    n = len(acc)
+    tier_cum = np.cumsum(_tier_probs(catalog, day_list, catalog.model_ids), axis=2)
+    tier = _sample_categorical(rng, tier_cum[day, model])
+    cached = np.floor(input_tok * rng.beta(2.0, 2.5, n)).astype(np.int64)
+    is_error = rng.random(n) < 0.015
+    output_tok = np.where(is_error, 0, output_tok)
+    speed = (
+        np.array([_base_speed(m) for m in catalog.model_ids])[model]
+        * np.array([TIER_SPEED[t] for t in SPEED_TIERS])[tier]
+    )
+    duration = (output_tok / (speed * rng.lognormal(0, 0.15, n)) * 1000 + rng.integers(150, 900, n)).astype(
+        np.int64
+    )
+    has_duration = rng.random(n) >= 0.05
+    start_us = (days.astype("datetime64[us]").astype(np.int64))[day]
+    times = start_us + rng.integers(0, DAY_US, n)
+    user_n = rng.integers(0, 4, n)
+    no_user = rng.random(n) < 0.1
+    err_idx = rng.integers(0, len(ERROR_CODES), n)
+    # Put every column in time order first, then build strings already in order (no random take).
+    order = np.argsort(times, kind="stable")
+    times, acc, model, tier = times[order], acc[order], model[order], tier[order]
+    input_tok, cached, output_tok = input_tok[order], cached[order], output_tok[order]
+    duration, has_duration, is_error = duration[order], has_duration[order], is_error[order]
+    user_n, no_user, err_idx, event_day = user_n[order], no_user[order], err_idx[order], day[order]
+
+    ids = pc.binary_join_element_wise("ev-", str(cfg.seed), "-", pa.array(np.arange(n)).cast(pa.string()), "")
+    user_ids = pc.binary_join_element_wise(
+        "u-", pa.array(acc).cast(pa.string()), "-", pa.array(user_n).cast(pa.string()), ""
+    )
+    user_ids = pc.if_else(pa.array(no_user), pa.nulls(n, pa.string()), user_ids)
+    account_ids = _account_ids(n_acc)
+    error_code = pa.array(ERROR_CODES).take(pa.array(err_idx))
+    table = pa.table(
+        {
+            "event_id": ids,
+            "event_time": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "account_id": account_ids.take(pa.array(acc)),
+            "user_id": user_ids,
+            "model": pa.array(catalog.model_ids).take(pa.array(model)),
+            "speed_tier": pa.array(SPEED_TIERS).take(pa.array(tier)),
+            "input_tokens": pa.array(input_tok),
+            "cached_input_tokens": pa.array(cached),
+            "output_tokens": pa.array(output_tok),
+            "duration_ms": pa.array(duration, mask=~has_duration),
+            "status": pa.array(["ok", "error"]).take(pa.array(is_error.astype(np.int8))),
+            "error_code": pc.if_else(pa.array(is_error), error_code, pa.nulls(n, pa.string())),
+        },
+        schema=EVENT_SCHEMA,
+    )
+    table, landing, dups, late = _arrivals(rng, cfg, table, event_day)
+    table = table.append_column("landing_date", pa.array(days[landing]).cast(pa.date32()))
+    accounts = _account_rows(
+        cfg, account_ids, plan_names, plan_idx, tz_names, tz_idx, joined, leaves, upgrade_day, day_list
+    )
+    return Generated(events=table, accounts=accounts, duplicates=dups, late=late)
+
+
+def _base_speed(model_id: str) -> float:
+    """Output tokens per second at the standard tier: small and fast models are quicker."""
+    if "spark" in model_id:
+        return 900.0
+    if "mini" in model_id:
+        return 150.0
+    return 70.0
+
+
+def _tokens(rng: np.random.Generator, n: int, in_log: float, out_log: float) -> tuple[np.ndarray, np.ndarray]:
+    inp = np.clip(rng.lognormal(in_log, 1.0, n), 1, 400_000).astype(np.int64)
+    out = np.clip(rng.lognormal(out_log, 0.9, n), 1, 64_000).astype(np.int64)
+    return inp, out
+
+
+def _account_ids(n_acc: int) -> pa.Array:
+    width = max(5, len(str(n_acc)))
+    return pa.array([f"acct-{i:0{width}d}" for i in range(1, n_acc + 1)])  # one per account, not event
+
+
+def _pool_model_events(
+    catalog, cfg, rng, mid, plan_names, plan_idx, activity, active, days, acc, day, tokens
+):  # type: ignore[no-untyped-def]
+    """Requests for a model with its own pool: adoption, churn to a heavy core, backup-tank use."""
+    n_acc, n_days = len(plan_idx), len(days)
+    model = catalog.model(mid)
+    eligible_plans = {p.id for p in catalog.plans if any(mid in pool.models for pool in p.pools)}
+    eligible = np.array([plan_names[i] in eligible_plans for i in plan_idx])
+    launch = (np.datetime64(model.launched) - days[0]).astype(np.int64)
+    end = (np.datetime64(model.retires) - days[0]).astype(np.int64) if model.retires else n_days
+    adopts = eligible & (rng.random(n_acc) < 0.6)
+    adopt_day = launch + (rng.geometric(0.22, n_acc) - 1) * 7 + rng.integers(0, 7, n_acc)
+    threshold = np.quantile(activity[adopts], 0.96) if adopts.any() else np.inf
+    heavy = adopts & (activity >= threshold)
+    stay = np.where(heavy, n_days * 2, (rng.exponential(5.0, n_acc) * 7).astype(np.int64) + 7)
+    drop_day = adopt_day + stay
+    d = np.arange(n_days)[None, :]
+    using = adopts[:, None] & (d >= adopt_day[:, None]) & (d < drop_day[:, None]) & (d < end) & active
+
+    # Main-pool exhaustion per (account, day): cumulative ordinary tokens within the UTC week.
+    per_cell = np.bincount(acc * n_days + day, weights=tokens, minlength=n_acc * n_days).reshape(
+        n_acc, n_days
+    )
+    week = ((days.astype(np.int64) + 3) // 7).astype(np.int64)
+    week_start = np.searchsorted(week, week)
+    cum = np.cumsum(per_cell, axis=1)
+    before = cum - per_cell - np.where(week_start > 0, cum[:, np.maximum(week_start - 1, 0)], 0)
+    allowance = np.array([_main_allowance(catalog, plan_names[i], [mid]) for i in plan_idx])
+    exhausted = before >= 0.9 * allowance[:, None]
+    daily_rate = np.where(exhausted, 4.0, 0.25) * np.sqrt(activity)[:, None] * (1 + 2 * heavy)[:, None]
+    counts = rng.poisson(daily_rate * using)
+    cell = np.repeat(np.arange(n_acc * n_days), counts.ravel())
+    return cell // n_days, cell % n_days, np.full(len(cell), catalog.model_ids.index(mid))
+
+
+def _arrivals(rng, cfg: GeneratorConfig, table: pa.Table, event_day: np.ndarray):  # type: ignore[no-untyped-def]
+    """Landing day per row: most on their event day, some late; resends are exact copies."""
+    n = table.num_rows
+    landing = event_day.copy()
+    late = rng.random(n) < cfg.late_rate
+    landing[late] += 1 + np.minimum(rng.geometric(0.5, late.sum()) - 1, cfg.late_max_days - 1)
+    dup_idx = np.flatnonzero(rng.random(n) < cfg.duplicate_rate)
+    dup_landing = landing[dup_idx] + rng.integers(0, 2, len(dup_idx))
+    table = pa.concat_tables([table, table.take(pa.array(dup_idx))])
+    landing = np.minimum(np.concatenate([landing, dup_landing]), cfg.days - 1)
+    return table, landing, len(dup_idx), int(late.sum())
+
+
+def _account_rows(
+    cfg, account_ids, plan_names, plan_idx, tz_names, tz_idx, joined, leaves, upgrade_day, day_list
+):  # type: ignore[no-untyped-def]
+    rows: list[dict[str, str]] = []
+    ids = account_ids.to_pylist()
+    for i, account in enumerate(ids):  # one row per account: thousands, not events
+        plan = plan_names[plan_idx[i]] or ""
+        tz = tz_names[tz_idx[i]]
+        start = day_list[joined[i]].isoformat()
+        until = day_list[leaves[i] - 1].isoformat() if leaves[i] < cfg.days else ""
+        if upgrade_day[i] > 0 and (leaves[i] >= cfg.days or upgrade_day[i] < leaves[i]):
+            switch = day_list[upgrade_day[i]]
+            rows.append(
+                {
+                    "account_id": account,
+                    "plan": plan,
+                    "timezone": tz,
+                    "active_from": start,
+                    "active_until": (switch - dt.timedelta(days=1)).isoformat(),
+                }
+            )
+            rows.append(
+                {
+                    "account_id": account,
+                    "plan": "pro",
+                    "timezone": tz,
+                    "active_from": switch.isoformat(),
+                    "active_until": until,
+                }
+            )
+        else:
+            rows.append(
+                {
+                    "account_id": account,
+                    "plan": plan,
+                    "timezone": tz,
+                    "active_from": start,
+                    "active_until": until,
+                }
+            )
+    return rows
+
+
+# -- writing landing files ----------------------------------------------------------------------
+
+
+def to_json_lines(table: pa.Table) -> bytes:
+    """Encode a table of EVENT_SCHEMA as JSON lines, column by column (no per-row Python)."""
+    pieces: list[pa.Array] = []
+    for i, f in enumerate(table.schema):
+        col = table.column(i).combine_chunks()
+        if pa.types.is_timestamp(f.type):
+            text = pc.binary_join_element_wise('"', pc.strftime(col, "%Y-%m-%dT%H:%M:%SZ"), '"', "")
+        elif pa.types.is_string(f.type):
+            escaped = pc.replace_substring(pc.replace_substring(col, "\\", "\\\\"), '"', '\\"')
+            text = pc.binary_join_element_wise('"', escaped, '"', "")
+        else:
+            text = col.cast(pa.string())
+        pieces.append(pa.scalar(("," if i else "{") + f'"{f.name}":'))
+        pieces.append(pc.fill_null(text, "null"))
+    lines = pc.binary_join_element_wise(*pieces, "}\n", "")
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    if len(lines) == 0:
+        return b""
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1]
+    return lines.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]]
+
+
+def write_landing(gen: Generated, cfg: GeneratorConfig, landing_root: str) -> list[str]:
+    """One folder per landing day: ``gateway-D.parquet`` and/or ``batch-D.jsonl.gz``; plus accounts.csv."""
+    rng = np.random.default_rng(cfg.seed + 1)
+    landing = gen.events["landing_date"].to_numpy().astype("datetime64[D]")
+    order = np.argsort(landing, kind="stable")
+    table = gen.events.drop_columns(["landing_date"]).take(pa.array(order))
+    landing = landing[order]
+    to_jsonl = {
+        "mixed": rng.random(table.num_rows) < 0.3,
+        "parquet": np.zeros(table.num_rows, bool),
+        "jsonl": np.ones(table.num_rows, bool),
+    }[cfg.fmt]
+    written: list[str] = []
+    bounds = np.searchsorted(landing, np.unique(landing))
+    bounds = np.append(bounds, len(landing))
+    for b0, b1 in itertools.pairwise(bounds):
+        day = str(landing[b0])
+        folder = os.path.join(landing_root, day)
+        os.makedirs(folder, exist_ok=True)
+        part = table.slice(b0, b1 - b0)
+        mask = pa.array(to_jsonl[b0:b1])
+        pq_part, js_part = part.filter(pc.invert(mask)), part.filter(mask)
+        if pq_part.num_rows:
+            path = os.path.join(folder, f"gateway-{day}.parquet")
+            pq.write_table(pq_part, path, row_group_size=256 * 1024, compression="zstd")
+            written.append(path)
+        if js_part.num_rows:
+            path = os.path.join(folder, f"batch-{day}.jsonl.gz")
+            with gzip.open(path, "wb", compresslevel=1) as handle:
+                handle.write(to_json_lines(js_part))
+            written.append(path)
+    os.makedirs(landing_root, exist_ok=True)
+    with open(os.path.join(landing_root, "accounts.csv"), "w", newline="") as handle:
+        writer = csv.DictWriter(
+            handle, fieldnames=["account_id", "plan", "timezone", "active_from", "active_until"]
+        )
+        writer.writeheader()
+        writer.writerows(gen.accounts)
+    return written

@@ -1,0 +1,348 @@
+"""Ingest: landing files -> validated, deduplicated lake partitions, plus quarantine and run counts.
+
+    usage-billing events ingest --date 2026-03-02
+    usage-billing events ingest --from 2026-02-01 --to 2026-02-28 -- --direct_num_workers=2
+
+Elements are Arrow tables: one per Parquet row group or JSON chunk, regrouped by (event date, dedup
+shard). Every output file is written from ``process`` after a GroupByKey into the run's staging
+folder (portable to runners that drop ``finish_bundle`` output); the driver then checks conservation
+(rows read = clean + quarantined + duplicates, per landing date) and commits the partitions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import pyarrow as pa
+from sqlalchemy import delete, insert
+
+from pipelines import lake
+from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
+from pipelines.dedup import dedup_shard, split_by_date_and_shard
+from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.readers import file_kind, parquet_units, read_json_file, read_parquet_unit, whole_file
+from pipelines.validate import Rules, validate
+from pipelines.warehouse import check_connection, make_engine
+from schemas.catalog import load_catalog
+from schemas.events import QUARANTINE_SCHEMA
+from schemas.warehouse import IngestRun
+
+log = logging.getLogger(__name__)
+
+
+class IngestOptions(CommonOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
+        parser.add_argument("--run_id", default=None, help="id of this run (default: generated)")
+        parser.add_argument("--shards", type=int, default=None, help="dedup shards (fixed at lake creation)")
+        parser.add_argument("--lateness_days", type=int, default=35, help="oldest accepted event, in days")
+        parser.add_argument("--max_tokens_per_event", type=int, default=10_000_000)
+
+
+# -- stats ---------------------------------------------------------------------------------------
+
+
+def _stats(**values: object) -> dict:
+    base = {"files": 0, "rows_read": 0, "clean": 0, "duplicates": 0, "quarantined": {}, "late": {}}
+    base.update(values)
+    return base
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, dict):
+            merged = dict(out.get(k, {}))
+            for kk, vv in v.items():
+                merged[kk] = merged.get(kk, 0) + vv
+            out[k] = merged
+        else:
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+class MergeStats(beam.CombineFn):
+    def create_accumulator(self) -> dict:
+        return _stats()
+
+    def add_input(self, acc: dict, value: dict) -> dict:
+        return _merge(acc, value)
+
+    def merge_accumulators(self, accs: Iterable[dict]) -> dict:
+        out = _stats()
+        for a in accs:
+            out = _merge(out, a)
+        return out
+
+    def extract_output(self, acc: dict) -> dict:
+        return acc
+
+
+def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
+    if quarantine.num_rows == 0:
+        return {}
+    g = quarantine.group_by("reason").aggregate([([], "count_all")])
+    return dict(zip(g["reason"].to_pylist(), g["count_all"].to_pylist(), strict=True))
+
+
+# -- DoFns ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadUnit:
+    path: str
+    landing_date: str
+    row_group: int | None = None  # Parquet row group; None for JSON (the whole file, in chunks)
+    first: bool = True  # counts the file once
+
+
+class ReadAndValidate(beam.DoFn):
+    """One read unit -> clean rows keyed by (event date, shard), quarantine rows, counts."""
+
+    def __init__(self, rules: Rules, shards: int) -> None:
+        self.rules = rules
+        self.shards = shards
+
+    def process(self, unit: ReadUnit):  # type: ignore[no-untyped-def]
+        landing = dt.date.fromisoformat(unit.landing_date)
+        name = os.path.basename(unit.path)
+        kind = file_kind(unit.path)
+        if kind == "parquet":
+            chunks = [read_parquet_unit(unit.path, unit.row_group, landing)]
+        elif kind == "json":
+            chunks = read_json_file(unit.path, landing)
+        else:
+            chunks = [
+                whole_file(landing, name, "unsupported_format", "expected .parquet, .jsonl[.gz] or .json")
+            ]
+        stats = _stats(files=1 if unit.first else 0)
+        for chunk in chunks:
+            clean, quarantine = validate(chunk, landing, name, self.rules)
+            stats = _merge(stats, _stats(rows_read=chunk.rows_read, quarantined=_reason_counts(quarantine)))
+            if quarantine.num_rows:
+                yield beam.pvalue.TaggedOutput("quarantine", (unit.landing_date, quarantine))
+            yield from split_by_date_and_shard(clean, self.shards)
+        yield beam.pvalue.TaggedOutput("stats", (unit.landing_date, stats))
+
+
+class DedupAndStage(beam.DoFn):
+    """One (event date, shard) group -> the shard file staged for commit, duplicates and conflicts."""
+
+    def __init__(self, lake_root: str, stage_root: str) -> None:
+        self.lake_root = lake_root
+        self.stage_root = stage_root
+
+    def process(self, element):  # type: ignore[no-untyped-def]
+        (event_date, shard), parts = element
+        name = f"shard-{shard:04d}.parquet"
+        current = lake.join(lake.partition(self.lake_root, lake.EVENTS, event_date), name)
+        existing = lake.read_parquet(current) if lake.exists(current) else None
+        result = dedup_shard(list(parts), existing)
+        if result.changed:
+            lake.write_parquet(
+                lake.join(lake.partition(self.stage_root, lake.EVENTS, event_date), name), result.keep
+            )
+        for landing, stats in _per_landing(result, event_date):
+            yield beam.pvalue.TaggedOutput("stats", (landing, stats))
+        if result.conflicts.num_rows:
+            for landing, rows in _by_landing(result.conflicts, "landing_date"):
+                yield beam.pvalue.TaggedOutput("quarantine", (landing, rows))
+
+
+def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
+    for value in table[column].unique().to_pylist():
+        yield value.isoformat(), table.filter(pa.compute.equal(table[column], pa.scalar(value, pa.date32())))
+
+
+def _per_landing(result, event_date: str) -> Iterable[tuple[str, dict]]:  # type: ignore[no-untyped-def]
+    out: dict[str, dict] = {}
+    for landing, rows in _by_landing(result.new_clean, "_landing_date"):
+        late = {event_date: rows.num_rows} if event_date < landing else {}
+        out[landing] = _merge(out.get(landing, _stats()), _stats(clean=rows.num_rows, late=late))
+    for landing, rows in _by_landing(result.duplicates, "_landing_date"):
+        out[landing] = _merge(out.get(landing, _stats()), _stats(duplicates=rows.num_rows))
+    for landing, rows in _by_landing(result.conflicts, "landing_date"):
+        q = {"conflicting_duplicate": rows.num_rows}
+        out[landing] = _merge(out.get(landing, _stats()), _stats(quarantined=q))
+    return out.items()
+
+
+class StageQuarantine(beam.DoFn):
+    def __init__(self, stage_root: str) -> None:
+        self.stage_root = stage_root
+
+    def process(self, element):  # type: ignore[no-untyped-def]
+        landing, tables = element
+        table = pa.concat_tables(list(tables)).sort_by(
+            [("source_file", "ascending"), ("row_number", "ascending")]
+        )
+        lake.write_parquet(
+            lake.join(lake.partition(self.stage_root, lake.QUARANTINE, landing), "part-0000.parquet"), table
+        )
+
+
+class StageStats(beam.DoFn):
+    def __init__(self, stage_root: str) -> None:
+        self.stage_root = stage_root
+
+    def process(self, element):  # type: ignore[no-untyped-def]
+        landing, stats = element
+        lake.write_json(lake.join(self.stage_root, "stats", f"{landing}.json"), stats)
+
+
+class IngestEvents(beam.PTransform):
+    """Read units -> staged partitions, quarantine and per-landing-date stats (writes only to staging)."""
+
+    def __init__(self, rules: Rules, shards: int, lake_root: str, stage_root: str) -> None:
+        super().__init__()
+        self.rules, self.shards, self.lake_root, self.stage_root = rules, shards, lake_root, stage_root
+
+    def expand(self, units):  # type: ignore[no-untyped-def]
+        read = units | "ReadAndValidate" >> beam.ParDo(ReadAndValidate(self.rules, self.shards)).with_outputs(
+            "quarantine", "stats", main="clean"
+        )
+        dedup = (
+            read.clean
+            | "GroupByDateShard" >> beam.GroupByKey()
+            | "DedupAndStage"
+            >> beam.ParDo(DedupAndStage(self.lake_root, self.stage_root)).with_outputs("quarantine", "stats")
+        )
+        (
+            (read.quarantine, dedup.quarantine)
+            | "FlattenQuarantine" >> beam.Flatten()
+            | "GroupQuarantine" >> beam.GroupByKey()
+            | "StageQuarantine" >> beam.ParDo(StageQuarantine(self.stage_root))
+        )
+        return (
+            (read.stats, dedup.stats)
+            | "FlattenStats" >> beam.Flatten()
+            | "MergeStats" >> beam.CombinePerKey(MergeStats())
+            | "StageStats" >> beam.ParDo(StageStats(self.stage_root))
+        )
+
+
+# -- driver --------------------------------------------------------------------------------------
+
+
+@dataclass
+class IngestResult:
+    run_id: str
+    stats: dict[str, dict]  # landing date -> counts
+    changed_dates: list[dt.date] = field(default_factory=list)  # event dates whose partition changed
+
+    def total(self, key: str) -> int:
+        return sum(
+            s[key] if not isinstance(s[key], dict) else sum(s[key].values()) for s in self.stats.values()
+        )
+
+
+def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
+    units: list[ReadUnit] = []
+    for day in dates:
+        folder = lake.join(landing_root, day.isoformat())
+        if not lake.exists(folder):
+            raise UsageBillingError(f"no landing folder for {day}: {folder}")
+        for path in lake.list_files(folder, "*"):
+            if os.path.basename(path).startswith(".") or (lake.is_local(path) and os.path.isdir(path)):
+                continue
+            if file_kind(path) == "parquet":
+                groups = parquet_units(path)
+                units.extend(ReadUnit(path, day.isoformat(), g, first=i == 0) for i, g in enumerate(groups))
+            else:
+                units.append(ReadUnit(path, day.isoformat()))
+    return units
+
+
+def run(argv: list[str] | None = None) -> IngestResult:
+    options = pipeline_options(argv)
+    opts = options.view_as(IngestOptions)
+    dates = date_range(opts)
+    catalog = load_catalog(opts.config)
+    engine = make_engine(opts.database_url)
+    check_connection(engine)
+    run_id = opts.run_id or f"ingest-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    started = dt.datetime.now(dt.UTC)
+    for dataset in (lake.EVENTS, lake.QUARANTINE):
+        lake.recover(opts.lake, dataset)
+    shards = lake.shard_count(opts.lake, opts.shards)
+    rules = Rules(frozenset(catalog.model_ids), opts.lateness_days, opts.max_tokens_per_event)
+    units = read_units(opts.landing, dates)
+    stage = lake.staging(opts.lake, run_id)
+    try:
+        with make_pipeline(options) as p:
+            _ = (
+                p
+                | "ReadUnits" >> beam.Create(units, reshuffle=False)
+                | "IngestEvents" >> IngestEvents(rules, shards, opts.lake, stage)
+            )
+        result = _collect(run_id, stage, dates)
+        _check_conservation(result)
+        _commit(opts.lake, stage, run_id, result, dates)
+    finally:
+        lake.discard(stage)
+    finished = dt.datetime.now(dt.UTC)
+    with engine.begin() as conn:
+        conn.execute(delete(IngestRun.__table__).where(IngestRun.run_id == run_id))
+        conn.execute(
+            insert(IngestRun.__table__),
+            [
+                {
+                    "run_id": run_id,
+                    "landing_date": dt.date.fromisoformat(day),
+                    "started_at": started,
+                    "finished_at": finished,
+                    "files": s["files"],
+                    "rows_read": s["rows_read"],
+                    "clean": s["clean"],
+                    "quarantined": sum(s["quarantined"].values()),
+                    "duplicates": s["duplicates"],
+                    "quarantined_by_reason": s["quarantined"],
+                    "late_rows": s["late"],
+                    "status": "ok",
+                }
+                for day, s in sorted(result.stats.items())
+            ],
+        )
+    engine.dispose()
+    return result
+
+
+def _collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
+    stats = {}
+    for day in dates:
+        path = lake.join(stage, "stats", f"{day.isoformat()}.json")
+        stats[day.isoformat()] = lake.read_json(path) if lake.exists(path) else _stats()
+    changed = lake.partition_dates(stage, lake.EVENTS)
+    return IngestResult(run_id, stats, changed)
+
+
+def _check_conservation(result: IngestResult) -> None:
+    for day, s in sorted(result.stats.items()):
+        accounted = s["clean"] + sum(s["quarantined"].values()) + s["duplicates"]
+        if accounted != s["rows_read"]:
+            raise DataQualityError(
+                f"conservation broken for landing {day}: read {s['rows_read']} rows but "
+                f"clean {s['clean']} + quarantined {sum(s['quarantined'].values())} + "
+                f"duplicates {s['duplicates']} = {accounted}; nothing was committed"
+            )
+
+
+def _commit(lake_root: str, stage: str, run_id: str, result: IngestResult, dates: list[dt.date]) -> None:
+    for day in result.changed_dates:
+        lake.commit(
+            lake.partition(stage, lake.EVENTS, day),
+            lake.partition(lake_root, lake.EVENTS, day),
+            run_id,
+            carry_over=True,
+        )
+    for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
+        staged = lake.partition(stage, lake.QUARANTINE, day)
+        if not lake.exists(staged):
+            lake.write_parquet(lake.join(staged, "part-0000.parquet"), QUARANTINE_SCHEMA.empty_table())
+        lake.commit(staged, lake.partition(lake_root, lake.QUARANTINE, day), run_id)

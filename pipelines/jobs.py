@@ -1,0 +1,52 @@
+"""Multi-step jobs: what ``run-day`` and ``demo`` chain together (the CLI and the DAGs call these).
+
+Each step is a ``run(argv)`` of one pipeline; a job only decides which dates each step gets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pipelines import aggregate, ingest
+from pipelines.settings import Settings
+
+Step = Callable[[str], None]  # progress callback: called with a step name when it starts
+
+
+@dataclass
+class DayResult:
+    ingest: ingest.IngestResult
+    aggregated: list[dt.date] = field(default_factory=list)
+
+
+def date_args(dates: list[dt.date]) -> list[str]:
+    if len(dates) == 1:
+        return ["--date", dates[0].isoformat()]
+    return ["--from", dates[0].isoformat(), "--to", dates[-1].isoformat()]
+
+
+def contiguous(dates: list[dt.date]) -> list[list[dt.date]]:
+    """Split sorted dates into runs of consecutive days (one pipeline run per run of days)."""
+    runs: list[list[dt.date]] = []
+    for d in sorted(set(dates)):
+        if runs and (d - runs[-1][-1]).days == 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
+def ingest_and_aggregate(
+    settings: Settings, dates: list[dt.date], beam_args: list[str] | None = None, on_step: Step | None = None
+) -> DayResult:
+    """Ingest the landing dates, then aggregate them and every past date that late events changed."""
+    beam_args = list(beam_args or [])
+    (on_step or (lambda _: None))("ingest")
+    result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
+    todo = sorted(set(dates) | set(result.changed_dates))
+    (on_step or (lambda _: None))("aggregate")
+    for run_dates in contiguous(todo):
+        aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
+    return DayResult(result, todo)

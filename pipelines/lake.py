@@ -1,0 +1,214 @@
+"""The lake: Parquet partitions ``<lake>/<dataset>/date=YYYY-MM-DD/*.parquet``.
+
+Paths go through Beam's ``FileSystems``, so a ``gs://`` or ``s3://`` lake works like a local one.
+Writers never write into a live partition: a pipeline writes into ``<lake>/_staging/<run_id>/``, and
+``commit`` swaps each staged partition in after the pipeline succeeded. On a local disk the swap is
+two directory renames (old aside, new in), and ``recover`` repairs a swap that a crash interrupted,
+so a reader sees either the old partition or the new one, never a mix. On object stores the files
+are copied one by one (object stores have no atomic multi-object rename).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import posixpath
+import shutil
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.errors import UsageBillingError
+
+EVENTS = "events"
+QUARANTINE = "quarantine"
+STAGING = "_staging"
+META_FILE = "_lake.json"
+DEFAULT_SHARDS = 8
+_OLD = ".old-"
+
+
+def is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def join(*parts: str) -> str:
+    return FileSystems.join(*parts) if not is_local(parts[0]) else posixpath.join(*parts)
+
+
+def partition(lake: str, dataset: str, day: dt.date | str) -> str:
+    return join(lake, dataset, f"date={day}")
+
+
+def staging(lake: str, run_id: str) -> str:
+    return join(lake, STAGING, run_id)
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path) if is_local(path) else FileSystems.exists(path)
+
+
+def list_files(directory: str, pattern: str = "*.parquet") -> list[str]:
+    """Files directly inside ``directory`` matching ``pattern``, sorted (empty if it does not exist)."""
+    if is_local(directory):
+        if not os.path.isdir(directory):
+            return []
+        import fnmatch
+
+        return sorted(join(directory, n) for n in os.listdir(directory) if fnmatch.fnmatch(n, pattern))
+    result = FileSystems.match([join(directory, pattern)])[0]
+    return sorted(m.path for m in result.metadata_list)
+
+
+def partition_dates(lake: str, dataset: str) -> list[dt.date]:
+    """The dates that have a committed partition of ``dataset``."""
+    root = join(lake, dataset)
+    if is_local(root):
+        names = os.listdir(root) if os.path.isdir(root) else []
+    else:
+        matched = FileSystems.match([join(root, "date=*/*")])[0].metadata_list
+        names = [posixpath.basename(posixpath.dirname(m.path)) for m in matched]
+    out = set()
+    for name in names:
+        if name.startswith("date=") and _OLD not in name:
+            try:
+                out.add(dt.date.fromisoformat(name[5:]))
+            except ValueError:
+                continue
+    return sorted(out)
+
+
+def write_parquet(path: str, table: pa.Table) -> None:
+    try:
+        if is_local(path):
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            pq.write_table(table, path, compression="zstd")
+        else:
+            with FileSystems.create(path) as handle:
+                pq.write_table(table, handle, compression="zstd")
+    except OSError as exc:
+        raise UsageBillingError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    return pq.ParquetFile(path if is_local(path) else FileSystems.open(path))
+
+
+def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
+    return open_parquet(path).read(columns=columns)
+
+
+def row_groups(paths: Iterable[str]) -> list[tuple[str, int]]:
+    """(path, row group index) for every row group of ``paths``: the unit of parallel reading."""
+    out: list[tuple[str, int]] = []
+    for path in paths:
+        out.extend((path, i) for i in range(open_parquet(path).metadata.num_row_groups))
+    return out
+
+
+def write_json(path: str, payload: object) -> None:
+    data = json.dumps(payload, sort_keys=True, default=str).encode()
+    if is_local(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    else:
+        with FileSystems.create(path) as handle:
+            handle.write(data)
+
+
+def read_json(path: str) -> object:
+    with open(path, "rb") if is_local(path) else FileSystems.open(path) as handle:
+        return json.loads(handle.read())
+
+
+# -- lake metadata ----------------------------------------------------------------------------
+
+
+def shard_count(lake: str, requested: int | None = None) -> int:
+    """The lake's dedup shard count: fixed when the lake is created, so shard files line up."""
+    meta_path = join(lake, META_FILE)
+    if exists(meta_path):
+        shards = int(read_json(meta_path)["shards"])  # type: ignore[index]
+        if requested is not None and requested != shards:
+            raise UsageBillingError(f"the lake at {lake} uses {shards} shards; --shards {requested} differs")
+        return shards
+    shards = requested or DEFAULT_SHARDS
+    if not 1 <= shards <= 4096:
+        raise UsageBillingError(f"--shards must be between 1 and 4096, got {shards}")
+    write_json(meta_path, {"format_version": 1, "shards": shards})
+    return shards
+
+
+# -- atomic commit ----------------------------------------------------------------------------
+
+
+def _delete_tree(path: str) -> None:
+    if is_local(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif FileSystems.exists(path):
+        FileSystems.delete([path])
+
+
+def recover(lake: str, dataset: str) -> None:
+    """Finish or undo partition swaps that a crash interrupted (local lakes)."""
+    root = join(lake, dataset)
+    if not is_local(root) or not os.path.isdir(root):
+        return
+    for name in os.listdir(root):
+        if _OLD not in name:
+            continue
+        final = join(root, name.split(_OLD)[0])
+        old = join(root, name)
+        if os.path.isdir(final):
+            shutil.rmtree(old, ignore_errors=True)  # the swap finished; the old copy was not yet removed
+        else:
+            os.rename(old, final)  # crashed between the two renames: put the old partition back
+
+
+def commit(staged_dir: str, final_dir: str, run_id: str, carry_over: bool = False) -> None:
+    """Make ``staged_dir`` the content of ``final_dir``.
+
+    With ``carry_over``, files of the current partition that the staged one lacks (by name) are kept:
+    a run that rewrote only some shards of a date still commits the whole date at once.
+    """
+    if carry_over and exists(final_dir):
+        staged_names = {posixpath.basename(p) for p in list_files(staged_dir, "*")}
+        for path in list_files(final_dir, "*"):
+            name = posixpath.basename(path)
+            if name not in staged_names:
+                target = join(staged_dir, name)
+                if is_local(path):
+                    os.link(path, target) if _same_device(path, staged_dir) else shutil.copy2(path, target)
+                else:
+                    FileSystems.copy([path], [target])
+    if is_local(final_dir):
+        os.makedirs(os.path.dirname(final_dir), exist_ok=True)
+        old = f"{final_dir}{_OLD}{run_id}"
+        had_old = os.path.isdir(final_dir)
+        if had_old:
+            os.rename(final_dir, old)
+        os.rename(staged_dir, final_dir)
+        if had_old:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    new_files = list_files(staged_dir, "*")
+    new_names = {posixpath.basename(p) for p in new_files}
+    FileSystems.copy(new_files, [join(final_dir, posixpath.basename(p)) for p in new_files])
+    stale = [p for p in list_files(final_dir, "*") if posixpath.basename(p) not in new_names]
+    if stale:
+        FileSystems.delete(stale)
+    _delete_tree(staged_dir)
+
+
+def _same_device(a: str, b: str) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+def discard(staged_dir: str) -> None:
+    _delete_tree(staged_dir)

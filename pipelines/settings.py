@@ -1,0 +1,53 @@
+"""Where things live: the one place that picks the environment (local files + SQLite, or a bucket +
+PostgreSQL). Domain logic never branches on it; it receives paths and an engine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+
+from schemas.catalog import Catalog, load_catalog
+
+DEFAULT_CONFIG = "config/catalog.toml"
+DEFAULT_DATABASE_URL = "sqlite:///data/warehouse.db"
+DEFAULT_LAKE = "data/lake"
+DEFAULT_LANDING = "data/landing"
+
+
+@dataclass(frozen=True)
+class Settings:
+    config: str = DEFAULT_CONFIG
+    database_url: str = DEFAULT_DATABASE_URL
+    lake: str = DEFAULT_LAKE
+    landing: str = DEFAULT_LANDING
+
+    @classmethod
+    def from_env(cls, **overrides: str | None) -> Settings:
+        """Explicit values win, then USAGE_BILLING_* environment variables, then the defaults."""
+        values = {
+            "config": os.environ.get("USAGE_BILLING_CONFIG", DEFAULT_CONFIG),
+            "database_url": os.environ.get("USAGE_BILLING_DATABASE_URL", DEFAULT_DATABASE_URL),
+            "lake": os.environ.get("USAGE_BILLING_LAKE", DEFAULT_LAKE),
+            "landing": os.environ.get("USAGE_BILLING_LANDING", DEFAULT_LANDING),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        return load_catalog(self.config)
+
+    def argv(self) -> list[str]:
+        """The same settings as pipeline flags (for ``run(argv)`` entry points)."""
+        return [
+            "--config",
+            self.config,
+            "--database_url",
+            self.database_url,
+            "--lake",
+            self.lake,
+            "--landing",
+            self.landing,
+        ]

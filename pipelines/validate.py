@@ -1,0 +1,166 @@
+"""Row checks on raw Arrow chunks, all vectorized: one boolean mask per rule, never a loop over rows.
+
+A row that breaks any rule goes to quarantine with every reason code it earned (comma-separated);
+the rest become lake rows (LAKE_SCHEMA plus ``_row_number`` until dedup drops it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.readers import RawChunk
+from schemas.events import (
+    EVENT_SCHEMA,
+    LAKE_SCHEMA,
+    QUARANTINE_SCHEMA,
+    REQUIRED_FIELDS,
+    SPEED_TIERS,
+    STATUSES,
+    TIMESTAMP,
+    TOKEN_FIELDS,
+)
+from schemas.jsonl import ROW_NUMBER
+
+_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?"
+_ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
+
+
+@dataclass(frozen=True)
+class Rules:
+    models: frozenset[str]
+    lateness_days: int = 35
+    max_tokens_per_event: int = 10_000_000
+    future_slack_hours: int = 24
+
+
+def _np_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean Arrow array -> numpy, nulls as False."""
+    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """ISO-8601 text (or timestamps) -> UTC microseconds; returns (values, bad mask, no-zone mask).
+
+    Strict: the date and time must exist (no 2026-02-30, no 25:00) and a zone offset is required.
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    n = len(col)
+    if pa.types.is_timestamp(col.type):
+        if col.type.tz is None:
+            return pa.nulls(n, TIMESTAMP), np.zeros(n, bool), _np_mask(col.is_valid())
+        return col.cast(TIMESTAMP), np.zeros(n, bool), np.zeros(n, bool)
+    present = _np_mask(col.is_valid())
+    shaped = _np_mask(pc.match_substring_regex(col, _ISO + _ZONE))
+    naive = present & ~shaped & _np_mask(pc.match_substring_regex(col, _ISO + "$"))
+    bad = present & ~shaped & ~naive
+    text = pc.if_else(pa.array(shaped), col, pa.nulls(n, pa.string()))
+    text = pc.replace_substring(text, " ", "T")
+    zone = pc.extract_regex(text, r"(?P<z>Z|z|[+-]\d{2}:?\d{2})$").field("z")
+    local = pc.utf8_slice_codeunits(text, 0, 19)
+    frac = pc.fill_null(pc.extract_regex(text, r"\.(?P<f>\d{1,9})").field("f"), "")
+    micros = pc.cast(pc.utf8_slice_codeunits(pc.utf8_rpad(frac, 6, "0"), 0, 6), pa.int64())
+    wall = pc.strptime(local, format="%Y-%m-%dT%H:%M:%S", unit="us", error_is_null=True)
+    # Round trip: a lenient parse of 2026-02-30 would come back as 2026-03-02.
+    exact = pc.equal(pc.utf8_slice_codeunits(pc.strftime(wall, format="%Y-%m-%dT%H:%M:%S"), 0, 19), local)
+    zone_norm = pc.replace_substring_regex(pc.replace_substring(zone, "z", "Z"), r"^Z$", "+0000")
+    with_zone = pc.binary_join_element_wise(local, pc.replace_substring(zone_norm, ":", ""), "")
+    utc = pc.strptime(with_zone, format="%Y-%m-%dT%H:%M:%S%z", unit="us", error_is_null=True)
+    ok = _np_mask(exact) & _np_mask(utc.is_valid())
+    bad |= shaped & ~ok
+    values = pc.add(utc.cast(pa.int64()), micros).cast(TIMESTAMP)
+    values = pc.if_else(pa.array(ok), values, pa.nulls(n, TIMESTAMP))
+    return values, bad, naive
+
+
+def validate(
+    chunk: RawChunk, landing_date: dt.date, source_file: str, rules: Rules
+) -> tuple[pa.Table, pa.Table]:
+    """(clean rows in LAKE_SCHEMA + _row_number, quarantine rows) for one raw chunk."""
+    raw = chunk.table
+    n = raw.num_rows
+    checks: list[tuple[str, np.ndarray]] = []
+    for name in REQUIRED_FIELDS:
+        if name != "event_time":
+            checks.append((f"missing_{name}", ~_np_mask(raw[name].is_valid())))
+    times, bad_time, naive_time = parse_event_time(raw["event_time"])
+    checks.append(("missing_event_time", ~_np_mask(raw["event_time"].is_valid())))
+    checks.append(("bad_event_time", bad_time))
+    checks.append(("naive_event_time", naive_time))
+    checks.append(("empty_event_id", _np_mask(pc.equal(pc.utf8_length(raw["event_id"]), 0))))
+    checks.append(("unknown_model", _not_in(raw["model"], rules.models)))
+    checks.append(("unknown_speed_tier", _not_in(raw["speed_tier"], SPEED_TIERS)))
+    checks.append(("unknown_status", _not_in(raw["status"], STATUSES)))
+    tokens = {name: raw[name] for name in TOKEN_FIELDS}
+    negative = np.zeros(n, bool)
+    too_big = np.zeros(n, bool)
+    for col in tokens.values():
+        negative |= _np_mask(pc.less(col, 0))
+        too_big |= _np_mask(pc.greater(col, rules.max_tokens_per_event))
+    checks.append(("negative_tokens", negative))
+    checks.append(("tokens_out_of_range", too_big))
+    checks.append(
+        ("cached_exceeds_input", _np_mask(pc.greater(tokens["cached_input_tokens"], tokens["input_tokens"])))
+    )
+    checks.append(("negative_duration", _np_mask(pc.less(raw["duration_ms"], 0))))
+    day_start = dt.datetime.combine(landing_date, dt.time(), tzinfo=dt.UTC)
+    latest = day_start + dt.timedelta(days=1, hours=rules.future_slack_hours)
+    earliest = day_start - dt.timedelta(days=rules.lateness_days)
+    checks.append(("future_event", _np_mask(pc.greater_equal(times, pa.scalar(latest, TIMESTAMP)))))
+    checks.append(("too_late", _np_mask(pc.less(times, pa.scalar(earliest, TIMESTAMP)))))
+
+    bad = np.zeros(n, bool)
+    for _, mask in checks:
+        bad |= mask
+    good_rows = pa.array(~bad)
+    clean = _to_lake(raw.filter(good_rows), times.filter(good_rows), landing_date, source_file)
+    quarantine = chunk.quarantine
+    if bad.any():
+        quarantine = pa.concat_tables(
+            [quarantine, _quarantine(chunk, bad, checks, landing_date, source_file)]
+        )
+    return clean, quarantine
+
+
+def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:  # type: ignore[no-untyped-def]
+    present = _np_mask(col.is_valid())
+    return present & ~_np_mask(pc.is_in(col, value_set=pa.array(sorted(allowed), pa.string())))
+
+
+def _to_lake(raw: pa.Table, times: pa.Array, landing_date: dt.date, source_file: str) -> pa.Table:
+    cols = {f.name: (times if f.name == "event_time" else raw[f.name].cast(f.type)) for f in EVENT_SCHEMA}
+    n = raw.num_rows
+    cols["_landing_date"] = pa.array(np.full(n, np.datetime64(landing_date, "D"))).cast(pa.date32())
+    cols["_source_file"] = pa.array([source_file], pa.string()).take(pa.array(np.zeros(n, np.int64)))
+    cols[ROW_NUMBER] = raw[ROW_NUMBER]
+    return pa.table(cols, schema=LAKE_SCHEMA.append(pa.field(ROW_NUMBER, pa.int64())))
+
+
+def _quarantine(chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_file: str) -> pa.Table:  # type: ignore[no-untyped-def]
+    idx = pa.array(np.flatnonzero(bad))
+    rows = chunk.table.take(idx)
+    parts = [pc.if_else(pa.array(mask[bad]), code + ",", "") for code, mask in checks if mask.any()]
+    reasons = pc.binary_join_element_wise(*parts, "") if parts else pa.array([""] * len(rows))
+    reasons = pc.utf8_rtrim(reasons, characters=",")
+    raw_text = chunk.raw_lines(rows[ROW_NUMBER])
+    if raw_text is None:  # Parquet: the row itself, as JSON (only for quarantined rows)
+        raw_text = pa.array([json.dumps(r, default=str) for r in rows.drop_columns([ROW_NUMBER]).to_pylist()])
+    n = len(rows)
+    return pa.table(
+        {
+            "landing_date": pa.array([landing_date] * n, pa.date32()),
+            "source_file": pa.array([source_file] * n, pa.string()),
+            "row_number": rows[ROW_NUMBER],
+            "event_id": rows["event_id"],
+            "reason": reasons,
+            "detail": pa.nulls(n, pa.string()),
+            "raw": raw_text,
+        },
+        schema=QUARANTINE_SCHEMA,
+    )

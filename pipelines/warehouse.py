@@ -1,0 +1,93 @@
+"""Warehouse access: engines, schema upgrades and idempotent loads of Arrow tables.
+
+A load replaces a whole grain (a set of dates) inside one transaction: DELETE the grain, INSERT the
+new rows. A rerun of the same dates therefore leaves exactly the same rows, and a failed load leaves
+the previous rows in place.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+from sqlalchemy import Connection, Engine, Table, create_engine, delete, event, insert, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from pipelines.errors import UsageBillingError
+
+INSERT_BATCH_ROWS = 20_000
+
+
+def redact(url: str) -> str:
+    """The URL with any password masked, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable database URL>"
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; creates the folder of a local SQLite file. Fails with one clear line."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UsageBillingError(f"invalid database URL: {redact(url)}") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "default"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        engine = create_engine(parsed, pool_pre_ping=True)
+    except Exception as exc:  # unknown dialect, missing driver
+        raise UsageBillingError(f"cannot use database {redact(url)}: {exc}") from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def check_connection(engine: Engine) -> None:
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "connection failed"
+        raise UsageBillingError(f"cannot reach database {redact(str(engine.url))}: {reason}") from None
+
+
+def upgrade(engine: Engine) -> None:
+    import migrations
+
+    check_connection(engine)
+    migrations.upgrade(engine)
+
+
+def replace_rows(conn: Connection, table: Table, key: str, values: Iterable[object], rows: pa.Table) -> int:
+    """Delete the rows whose ``key`` is in ``values`` and insert ``rows``, on ``conn``'s transaction."""
+    values = sorted(set(values))
+    for i in range(0, len(values), 500):
+        conn.execute(delete(table).where(table.c[key].in_(values[i : i + 500])))
+    return insert_arrow(conn, table, rows)
+
+
+def insert_arrow(conn: Connection, table: Table, rows: pa.Table) -> int:
+    """Bulk insert an Arrow table whose columns are named like the table's (executemany batches)."""
+    names = [c.name for c in table.columns if c.name in rows.column_names]
+    rows = rows.select(names)
+    for batch in rows.to_batches(max_chunksize=INSERT_BATCH_ROWS):
+        conn.execute(insert(table), batch.to_pylist())
+    return rows.num_rows
+
+
+def as_dates(values: Iterable[str | dt.date]) -> list[dt.date]:
+    return sorted({v if isinstance(v, dt.date) else dt.date.fromisoformat(v) for v in values})

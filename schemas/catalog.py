@@ -1,0 +1,220 @@
+"""The catalog (``config/catalog.toml``): models, effective-dated prices, plans and their quota pools.
+
+Loading validates everything that later stages rely on and reports the first problem as one line
+naming the file and the entry: an unknown model in a price, a duplicate price, a pool with a
+non-positive allowance, a successor that does not exist, and so on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from schemas.events import SPEED_TIERS
+
+TOKEN_KINDS: tuple[str, ...] = ("input", "cached_input", "output")
+PERIODS: tuple[str, ...] = ("day", "week", "month")
+
+Money = Annotated[Decimal, Field(ge=0, max_digits=18, decimal_places=6)]
+
+
+class CatalogError(ValueError):
+    """The catalog file is missing or invalid; the message is one line for the user."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Model(_Strict):
+    id: str = Field(min_length=1)
+    launched: dt.date
+    retires: dt.date | None = None
+    successor: str | None = None
+
+    @model_validator(mode="after")
+    def _retires_after_launch(self) -> Model:
+        if self.retires is not None and self.retires <= self.launched:
+            raise ValueError(
+                f"model {self.id!r} retires ({self.retires}) before it launched ({self.launched})"
+            )
+        return self
+
+
+class Price(_Strict):
+    """USD (or the catalog currency) per 1M tokens, by token kind."""
+
+    model: str
+    tier: Literal["standard", "priority", "ultrafast"]
+    effective_from: dt.date
+    input: Money
+    cached_input: Money
+    output: Money
+
+    @field_validator("input", "cached_input", "output", mode="before")
+    @classmethod
+    def _no_float(cls, value: object) -> object:
+        if isinstance(value, float):
+            raise ValueError('prices are strings like "1.25", not floats (floats are not exact)')
+        return value
+
+    def per_million(self, kind: str) -> Decimal:
+        return getattr(self, kind)
+
+
+class Pool(_Strict):
+    id: str = Field(min_length=1)
+    models: list[str] = Field(min_length=1)
+    exclude_models: list[str] = Field(default_factory=list)
+    allowance_tokens: int
+    period: Literal["day", "week", "month"]
+    priority: int = 1
+
+    @field_validator("allowance_tokens")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError(f"allowance_tokens must be positive, got {value}")
+        return value
+
+    def covers(self, model: str) -> bool:
+        return ("*" in self.models or model in self.models) and model not in self.exclude_models
+
+
+class Plan(_Strict):
+    id: str = Field(min_length=1)
+    monthly_fee: Money
+    pools: list[Pool] = Field(default_factory=list)
+
+    @field_validator("monthly_fee", mode="before")
+    @classmethod
+    def _no_float(cls, value: object) -> object:
+        return Price._no_float(value)
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> Plan:
+        ids = [p.id for p in self.pools]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"plan {self.id!r} has pool {dupes[0]!r} twice")
+        return self
+
+    def pools_in_draw_order(self) -> list[Pool]:
+        """Ascending priority; equal priorities keep the order the plan lists them (stable sort)."""
+        return sorted(self.pools, key=lambda p: p.priority)
+
+
+class Catalog(_Strict):
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    models: list[Model] = Field(min_length=1)
+    prices: list[Price] = Field(default_factory=list)
+    plans: list[Plan] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references(self) -> Catalog:
+        model_ids = [m.id for m in self.models]
+        known = set(model_ids)
+        for mid in model_ids:
+            if model_ids.count(mid) > 1:
+                raise ValueError(f"model {mid!r} is listed twice")
+        for m in self.models:
+            if m.successor is not None and m.successor not in known:
+                raise ValueError(f"model {m.id!r}: successor {m.successor!r} is not a model in the catalog")
+            if m.successor == m.id:
+                raise ValueError(f"model {m.id!r} is its own successor")
+        seen: set[tuple[str, str, dt.date]] = set()
+        for p in self.prices:
+            if p.model not in known:
+                raise ValueError(f"price for unknown model {p.model!r} (tier {p.tier})")
+            key = (p.model, p.tier, p.effective_from)
+            if key in seen:
+                raise ValueError(f"duplicate price for {p.model} / {p.tier} effective {p.effective_from}")
+            seen.add(key)
+        plan_ids = [p.id for p in self.plans]
+        for plan in self.plans:
+            if plan_ids.count(plan.id) > 1:
+                raise ValueError(f"plan {plan.id!r} is listed twice")
+            for pool in plan.pools:
+                for mid in [*pool.models, *pool.exclude_models]:
+                    if mid != "*" and mid not in known:
+                        raise ValueError(f"plan {plan.id!r} pool {pool.id!r}: unknown model {mid!r}")
+        return self
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    @property
+    def model_ids(self) -> list[str]:
+        return [m.id for m in self.models]
+
+    def model(self, model_id: str) -> Model:
+        for m in self.models:
+            if m.id == model_id:
+                return m
+        raise KeyError(model_id)
+
+    def plan(self, plan_id: str) -> Plan:
+        for p in self.plans:
+            if p.id == plan_id:
+                return p
+        raise KeyError(plan_id)
+
+    def price(self, model: str, tier: str, day: dt.date) -> Price | None:
+        """The newest price with effective_from <= day for exactly this model and tier, else None."""
+        best: Price | None = None
+        for p in self.prices:
+            if (
+                p.model == model
+                and p.tier == tier
+                and p.effective_from <= day
+                and (best is None or p.effective_from > best.effective_from)
+            ):
+                best = p
+        return best
+
+    def tiers_sold(self, model: str, day: dt.date) -> list[str]:
+        """Speed tiers with a price in force for ``model`` on ``day``, in catalog tier order."""
+        return [t for t in SPEED_TIERS if self.price(model, t, day) is not None]
+
+
+def _location(loc: tuple[object, ...], data: dict) -> str:
+    """('prices', 3, 'input') -> 'prices[3] (gpt-5.6-sol/ultrafast).input'."""
+    parts: list[str] = []
+    node: object = data
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1] = f"{parts[-1]}[{item}]"
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+            if isinstance(node, dict):
+                label = node.get("id") or "/".join(str(node[k]) for k in ("model", "tier") if k in node)
+                if label:
+                    parts[-1] += f" ({label})"
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(parts)
+
+
+def parse_catalog(data: dict, source: str = "catalog") -> Catalog:
+    try:
+        return Catalog.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = _location(tuple(err["loc"]), data)
+        msg = err["msg"].removeprefix("Value error, ")
+        raise CatalogError(f"{source}: {where + ': ' if where else ''}{msg}") from None
+
+
+def load_catalog(path: str | Path) -> Catalog:
+    path = Path(path)
+    if not path.is_file():
+        raise CatalogError(f"catalog file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{path}: not valid TOML: {exc}") from None
+    return parse_catalog(data, str(path))

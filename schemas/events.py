@@ -1,0 +1,77 @@
+"""Usage event schema v1: the contract between producers, the lake and every later stage.
+
+Each field carries its unit and rule in the Arrow field metadata, so a Parquet file written with
+this schema documents itself. The lake adds two lineage columns (``_landing_date``,
+``_source_file``) that say where a row came from; they are not part of the producer contract.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+SPEED_TIERS: tuple[str, ...] = ("standard", "priority", "ultrafast")
+STATUSES: tuple[str, ...] = ("ok", "error")
+TOKEN_FIELDS: tuple[str, ...] = ("input_tokens", "cached_input_tokens", "output_tokens")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+# name, type, required, unit, rule
+_FIELDS: tuple[tuple[str, pa.DataType, bool, str, str], ...] = (
+    ("event_id", pa.string(), True, "", "required, unique: the idempotency key"),
+    ("event_time", TIMESTAMP, True, "UTC, microseconds", "required; ISO-8601 with a zone offset in JSON"),
+    ("account_id", pa.string(), True, "", "required"),
+    ("user_id", pa.string(), False, "", "optional, pseudonymous"),
+    ("model", pa.string(), True, "", "required; must exist in the catalog"),
+    ("speed_tier", pa.string(), True, "", "one of " + " | ".join(SPEED_TIERS)),
+    ("input_tokens", pa.int64(), True, "tokens", ">= 0; includes cached_input_tokens"),
+    ("cached_input_tokens", pa.int64(), True, "tokens", ">= 0; <= input_tokens"),
+    ("output_tokens", pa.int64(), True, "tokens", ">= 0"),
+    ("duration_ms", pa.int64(), False, "milliseconds", "optional, >= 0; output tokens/s = output / duration"),
+    ("status", pa.string(), True, "", "one of " + " | ".join(STATUSES)),
+    ("error_code", pa.string(), False, "", "optional, e.g. context_length_exceeded"),
+)
+
+REQUIRED_FIELDS: tuple[str, ...] = tuple(name for name, _, required, _, _ in _FIELDS if required)
+FIELD_NAMES: tuple[str, ...] = tuple(name for name, *_ in _FIELDS)
+
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field(name, typ, nullable=not required, metadata={"unit": unit, "rule": rule})
+        for name, typ, required, unit, rule in _FIELDS
+    ],
+    metadata={"name": "usage_event", "version": str(SCHEMA_VERSION)},
+)
+
+LINEAGE_FIELDS = (
+    pa.field(
+        "_landing_date", pa.date32(), nullable=False, metadata={"rule": "landing folder the row came from"}
+    ),
+    pa.field(
+        "_source_file", pa.string(), nullable=False, metadata={"rule": "file name inside the landing folder"}
+    ),
+)
+LAKE_SCHEMA = pa.schema(list(EVENT_SCHEMA) + list(LINEAGE_FIELDS), metadata=EVENT_SCHEMA.metadata)
+
+# What a JSON producer sends: event_time stays text until validation checks its zone offset.
+RAW_JSON_SCHEMA = pa.schema(
+    [pa.field(f.name, pa.string() if f.name == "event_time" else f.type) for f in EVENT_SCHEMA]
+)
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("landing_date", pa.date32(), nullable=False),
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field(
+            "row_number", pa.int64(), metadata={"rule": "1-based line (JSON) or row (Parquet); null = file"}
+        ),
+        pa.field("event_id", pa.string()),
+        pa.field("reason", pa.string(), nullable=False, metadata={"rule": "comma-separated reason codes"}),
+        pa.field("detail", pa.string()),
+        pa.field("raw", pa.string(), metadata={"rule": "the raw text or the row as JSON"}),
+    ],
+    metadata={"name": "quarantine", "version": str(SCHEMA_VERSION)},
+)
+
+
+def empty_quarantine() -> pa.Table:
+    return QUARANTINE_SCHEMA.empty_table()

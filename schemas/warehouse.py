@@ -1,0 +1,84 @@
+"""Warehouse tables. Alembic owns their creation (``migrations/``); these models are the contract.
+
+Token counts are 64-bit integers, money is ``Numeric`` (``Decimal``), timestamps carry a zone.
+Each table states its grain in its docstring; the primary key is that grain, so a reload of the
+same grain replaces rows instead of adding twins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from sqlalchemy import JSON, BigInteger, Date, MetaData, Numeric, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TIMESTAMP
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {  # noqa: RUF012
+        int: BigInteger,
+        str: String(200),
+        Decimal: Numeric(20, 6),
+        dt.datetime: TIMESTAMP(timezone=True),
+        dt.date: Date,
+        dict: JSON,
+    }
+
+
+class Account(Base):
+    """One row per account and plan period (dates inclusive; active_until null = open)."""
+
+    __tablename__ = "accounts"
+
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    active_from: Mapped[dt.date] = mapped_column(primary_key=True)
+    active_until: Mapped[dt.date | None]
+    plan: Mapped[str | None] = mapped_column(String(64), comment="null = pay as you go")
+    timezone: Mapped[str] = mapped_column(String(64), comment="IANA zone name")
+
+
+class IngestRun(Base):
+    """One row per ingest run and landing date: what was read and where every row went."""
+
+    __tablename__ = "ingest_runs"
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    landing_date: Mapped[dt.date] = mapped_column(primary_key=True)
+    started_at: Mapped[dt.datetime]
+    finished_at: Mapped[dt.datetime]
+    files: Mapped[int] = mapped_column(comment="files found in the landing folder")
+    rows_read: Mapped[int]
+    clean: Mapped[int] = mapped_column(comment="rows added to the lake")
+    quarantined: Mapped[int]
+    duplicates: Mapped[int] = mapped_column(comment="identical resends of an event already kept")
+    quarantined_by_reason: Mapped[dict] = mapped_column(comment="reason code -> rows")
+    late_rows: Mapped[dict] = mapped_column(
+        comment="event date (ISO) -> clean rows, for dates before landing"
+    )
+    status: Mapped[str] = mapped_column(String(16))
+
+
+class UsageDaily(Base):
+    """Usage per account, model, speed tier and UTC day."""
+
+    __tablename__ = "usage_daily"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True, comment="UTC event date")
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    requests: Mapped[int]
+    errors: Mapped[int] = mapped_column(comment="requests with status error")
+    input_tokens: Mapped[int] = mapped_column(comment="all input tokens, cached included")
+    cached_input_tokens: Mapped[int]
+    output_tokens: Mapped[int]

@@ -1,0 +1,106 @@
+"""Shared fixtures: the catalog, small generated landing data, SQLite and PostgreSQL warehouses.
+
+PostgreSQL tests run when USAGE_BILLING_TEST_POSTGRES_URL is set; with REQUIRE_POSTGRES=1 a missing
+or unreachable server is a failure, not a skip (that is how CI runs them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from pipelines.generate import GeneratorConfig, generate, write_landing
+from pipelines.settings import Settings
+from pipelines.warehouse import make_engine, upgrade
+from schemas.catalog import Catalog, load_catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOG_PATH = ROOT / "config" / "catalog.toml"
+SMALL = GeneratorConfig(
+    start=dt.date(2026, 3, 2),
+    days=4,
+    accounts=150,
+    events_per_day=1500,
+    seed=11,
+    duplicate_rate=0.02,
+    late_rate=0.02,
+    late_max_days=2,
+)
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return load_catalog(CATALOG_PATH)
+
+
+@pytest.fixture(scope="session")
+def small_landing(tmp_path_factory, catalog) -> Path:  # type: ignore[no-untyped-def]
+    """A few days of generated landing files (Parquet and JSON lines gzip) and accounts.csv."""
+    root = tmp_path_factory.mktemp("landing")
+    write_landing(generate(catalog, SMALL), SMALL, str(root))
+    return root
+
+
+def small_dates() -> list[dt.date]:
+    return [SMALL.start + dt.timedelta(days=i) for i in range(SMALL.days)]
+
+
+@pytest.fixture
+def sqlite_settings(tmp_path, small_landing) -> Settings:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    upgrade(make_engine(url))
+    return Settings(
+        config=str(CATALOG_PATH), database_url=url, lake=str(tmp_path / "lake"), landing=str(small_landing)
+    )
+
+
+def _postgres_admin_url() -> str | None:
+    url = os.environ.get("USAGE_BILLING_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("REQUIRE_POSTGRES") == "1":
+            pytest.fail("REQUIRE_POSTGRES=1 but USAGE_BILLING_TEST_POSTGRES_URL is not set")
+        pytest.skip("USAGE_BILLING_TEST_POSTGRES_URL is not set")
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:  # type: ignore[misc]
+    """A throwaway database on the test server, dropped at the end of the session."""
+    admin_url = _postgres_admin_url()
+    name = f"ub_test_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # report any connection failure the same way
+        if os.environ.get("REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL required but unreachable: {exc}")
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def postgres_settings(postgres_url, tmp_path, small_landing) -> Settings:  # type: ignore[no-untyped-def]
+    engine = make_engine(postgres_url)
+    with engine.begin() as conn:  # each test starts from an empty schema
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    upgrade(engine)
+    engine.dispose()
+    return Settings(
+        config=str(CATALOG_PATH),
+        database_url=postgres_url,
+        lake=str(tmp_path / "lake"),
+        landing=str(small_landing),
+    )

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlalchemy import select
+
+from pipelines.accounts import load_accounts, parse_accounts
+from pipelines.errors import UsageBillingError
+from pipelines.warehouse import make_engine, upgrade
+from schemas.warehouse import Account
+
+HEADER = "account_id,plan,timezone,active_from,active_until\n"
+
+
+def _csv(tmp_path, body: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "accounts.csv"
+    path.write_text(HEADER + body)
+    return path
+
+
+def test_plan_changes_and_defaults(tmp_path, catalog):
+    rows = parse_accounts(
+        _csv(
+            tmp_path,
+            "a,plus,Pacific/Honolulu,2026-02-01,2026-03-14\n"
+            "a,pro,Pacific/Honolulu,2026-03-15,\nb,,,2026-02-01,\n",
+        ),
+        catalog,
+    )
+    assert [(r.account_id, r.plan, r.active_until) for r in rows] == [
+        ("a", "plus", dt.date(2026, 3, 14)),
+        ("a", "pro", None),
+        ("b", None, None),
+    ]
+    assert rows[2].timezone == "UTC"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("a,gold,UTC,2026-02-01,\n", "line 2: unknown plan 'gold'"),
+        ("a,pro,Mars/Olympus,2026-02-01,\n", "line 2: unknown timezone 'Mars/Olympus'"),
+        ("a,pro,UTC,01/02/2026,\n", "line 2: active_from '01/02/2026' is not a date"),
+        ("a,pro,UTC,2026-02-05,2026-02-01\n", "active_until 2026-02-01 is before active_from"),
+        ("a,pro,UTC,2026-02-01,\na,plus,UTC,2026-03-01,\n", "account a has overlapping rows"),
+        (",pro,UTC,2026-02-01,\n", "line 2: account_id is empty"),
+    ],
+)
+def test_bad_rows_name_the_line(tmp_path, catalog, body, message):
+    with pytest.raises(UsageBillingError, match=message):
+        parse_accounts(_csv(tmp_path, body), catalog)
+
+
+def test_missing_columns(tmp_path, catalog):
+    path = tmp_path / "a.csv"
+    path.write_text("account_id,plan\na,pro\n")
+    with pytest.raises(UsageBillingError, match="missing column"):
+        parse_accounts(path, catalog)
+
+
+def test_reload_replaces_rows_of_named_accounts(tmp_path, catalog):
+    engine = make_engine(f"sqlite:///{tmp_path / 'w.db'}")
+    upgrade(engine)
+    load_accounts(engine, _csv(tmp_path, "a,plus,UTC,2026-02-01,\nb,pro,UTC,2026-02-01,\n"), catalog)
+    load_accounts(
+        engine, _csv(tmp_path, "a,plus,UTC,2026-02-01,2026-02-28\na,pro,UTC,2026-03-01,\n"), catalog
+    )
+    load_accounts(
+        engine, _csv(tmp_path, "a,plus,UTC,2026-02-01,2026-02-28\na,pro,UTC,2026-03-01,\n"), catalog
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Account.account_id, Account.plan).order_by(Account.account_id, Account.active_from)
+        ).all()
+    assert [tuple(r) for r in rows] == [("a", "plus"), ("a", "pro"), ("b", "pro")]

@@ -1,0 +1,155 @@
+"""The Beam transforms on a TestPipeline, checked with assert_that."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipelines.aggregate import CombineUsageTables, DailyUsage
+from pipelines.ingest import IngestEvents, MergeStats, ReadUnit
+from pipelines.validate import Rules
+from schemas.events import LAKE_SCHEMA
+
+OPTIONS = ["--runner=FnApiRunner"]
+
+
+def _lake_file(path, rows):  # type: ignore[no-untyped-def]
+    n = len(rows)
+    table = pa.table(
+        {
+            "event_id": [f"e{i}" for i in range(n)],
+            "event_time": pa.array([r[0] for r in rows], pa.timestamp("us", tz="UTC")),
+            "account_id": [r[1] for r in rows],
+            "user_id": pa.nulls(n, pa.string()),
+            "model": [r[2] for r in rows],
+            "speed_tier": [r[3] for r in rows],
+            "input_tokens": [r[4] for r in rows],
+            "cached_input_tokens": [r[5] for r in rows],
+            "output_tokens": [r[6] for r in rows],
+            "duration_ms": pa.nulls(n, pa.int64()),
+            "status": [r[7] for r in rows],
+            "error_code": pa.nulls(n, pa.string()),
+            "_landing_date": [dt.date(2026, 3, 2)] * n,
+            "_source_file": ["x"] * n,
+        },
+        schema=LAKE_SCHEMA,
+    )
+    pq.write_table(table, path, row_group_size=2)
+
+
+def test_daily_usage_sums_per_account_model_tier_and_day(tmp_path):
+    d1 = dt.datetime(2026, 3, 1, 23, 59, tzinfo=dt.UTC)
+    d2 = dt.datetime(2026, 3, 2, 0, 1, tzinfo=dt.UTC)
+    _lake_file(
+        tmp_path / "a.parquet",
+        [
+            (d1, "acct-1", "m", "standard", 100, 10, 5, "ok"),
+            (d1, "acct-1", "m", "standard", 50, 0, 1, "error"),
+            (d2, "acct-1", "m", "standard", 7, 7, 7, "ok"),
+            (d2, "acct-2", "m", "priority", 1, 0, 2, "ok"),
+            (d2, "acct-1", "m", "standard", 3, 0, 0, "ok"),
+        ],
+    )
+    units = [(str(tmp_path / "a.parquet"), g) for g in range(3)]  # 5 rows in row groups of 2
+    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+        out = (
+            p
+            | beam.Create(units)
+            | DailyUsage()
+            | beam.FlatMap(lambda kv: [tuple(r.values()) for r in kv[1].to_pylist()])
+        )
+        assert_that(
+            out,
+            equal_to(
+                [
+                    (dt.date(2026, 3, 1), "acct-1", "m", "standard", 2, 1, 150, 10, 6),
+                    (dt.date(2026, 3, 2), "acct-1", "m", "standard", 2, 0, 10, 7, 7),
+                    (dt.date(2026, 3, 2), "acct-2", "m", "priority", 1, 0, 1, 0, 2),
+                ]
+            ),
+        )
+
+
+def test_combine_fn_merges_partials_in_any_grouping():
+    fn = CombineUsageTables()
+    part = pa.table(
+        {
+            "day": [dt.date(2026, 3, 1)],
+            "account_id": ["a"],
+            "model": ["m"],
+            "speed_tier": ["standard"],
+            "requests": [1],
+            "errors": [0],
+            "input_tokens": [5],
+            "cached_input_tokens": [1],
+            "output_tokens": [2],
+        }
+    )
+    acc1 = fn.add_input(fn.create_accumulator(), part)
+    acc2 = fn.add_input(fn.add_input(fn.create_accumulator(), part), part)
+    out = fn.extract_output(fn.merge_accumulators([acc1, acc2])).to_pylist()
+    assert out == [
+        {
+            "day": dt.date(2026, 3, 1),
+            "account_id": "a",
+            "model": "m",
+            "speed_tier": "standard",
+            "requests": 3,
+            "errors": 0,
+            "input_tokens": 15,
+            "cached_input_tokens": 3,
+            "output_tokens": 6,
+        }
+    ]
+
+
+def test_ingest_transform_stages_clean_rows_quarantine_and_counts(tmp_path):
+    landing = tmp_path / "landing" / "2026-03-02"
+    landing.mkdir(parents=True)
+    good = {
+        "event_time": "2026-03-02T10:00:00Z",
+        "account_id": "a",
+        "model": "m",
+        "speed_tier": "standard",
+        "input_tokens": 10,
+        "cached_input_tokens": 0,
+        "output_tokens": 1,
+        "status": "ok",
+    }
+    lines = [json.dumps({**good, "event_id": f"e{i}"}) for i in range(5)]
+    lines += [
+        json.dumps({**good, "event_id": "e0"}),
+        "{broken",
+        json.dumps({**good, "event_id": "z", "model": "?"}),
+    ]
+    (landing / "f.jsonl").write_text("\n".join(lines))
+    stage = str(tmp_path / "stage")
+    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+        landed = (
+            p
+            | beam.Create([ReadUnit(str(landing / "f.jsonl"), "2026-03-02")])
+            | IngestEvents(Rules(frozenset({"m"})), 2, str(tmp_path / "lake"), stage)
+        )
+        assert_that(landed, equal_to([]))  # everything goes to staging files
+    stats = json.loads((tmp_path / "stage" / "stats" / "2026-03-02.json").read_text())
+    assert stats["rows_read"] == 8 and stats["clean"] == 5 and stats["duplicates"] == 1
+    assert stats["quarantined"] == {"malformed_json": 1, "unknown_model": 1}
+    staged = pq.read_table(tmp_path / "stage" / "events" / "date=2026-03-02")
+    assert sorted(staged["event_id"].to_pylist()) == ["e0", "e1", "e2", "e3", "e4"]
+    quarantine = pq.read_table(tmp_path / "stage" / "quarantine" / "date=2026-03-02")
+    assert quarantine["row_number"].to_pylist() == [7, 8]
+
+
+def test_merge_stats_adds_nested_counts():
+    fn = MergeStats()
+    acc = fn.add_input(fn.create_accumulator(), {"rows_read": 2, "quarantined": {"x": 1}, "late": {}})
+    acc = fn.merge_accumulators(
+        [acc, fn.add_input(fn.create_accumulator(), {"rows_read": 3, "quarantined": {"x": 2, "y": 1}})]
+    )
+    assert acc["rows_read"] == 5 and acc["quarantined"] == {"x": 3, "y": 1}

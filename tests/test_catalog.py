@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import tomllib
+from decimal import Decimal
+
+import pytest
+
+from schemas.catalog import CatalogError, load_catalog, parse_catalog
+from tests.conftest import CATALOG_PATH
+
+
+@pytest.fixture
+def raw() -> dict:
+    return tomllib.loads(CATALOG_PATH.read_text())
+
+
+def test_default_catalog_tells_the_scenario(catalog):
+    spark = catalog.model("gpt-5.3-codex-spark")
+    assert spark.launched == dt.date(2026, 2, 12)
+    assert spark.retires == dt.date(2026, 9, 11)
+    assert spark.successor == "gpt-5.6-sol"
+    assert sorted(m.retires for m in catalog.models if m.retires)[:2] == [
+        dt.date(2026, 6, 2),
+        dt.date(2026, 8, 31),
+    ]
+    assert len(catalog.models) >= 4
+    assert {p.id for p in catalog.plans} == {"free", "plus", "pro"}
+    assert catalog.tiers_sold("gpt-5.6-sol", dt.date(2026, 8, 12)) == ["standard", "priority"]
+    assert catalog.tiers_sold("gpt-5.6-sol", dt.date(2026, 8, 13)) == ["standard", "priority", "ultrafast"]
+    pro = catalog.plan("pro")
+    spark_pool = next(p for p in pro.pools if p.id == "spark")
+    main_pool = next(p for p in pro.pools if p.id == "main")
+    assert spark_pool.covers("gpt-5.3-codex-spark") and not main_pool.covers("gpt-5.3-codex-spark")
+    assert main_pool.covers("gpt-5.6-sol") and not spark_pool.covers("gpt-5.6-sol")
+
+
+def test_every_model_has_a_price_for_each_day_it_is_sold(catalog):
+    for m in catalog.models:
+        assert catalog.tiers_sold(m.id, m.launched), m.id
+
+
+def test_prices_are_decimal_and_effective_dated(catalog):
+    before = catalog.price("gpt-5.6-sol", "standard", dt.date(2026, 5, 31))
+    after = catalog.price("gpt-5.6-sol", "standard", dt.date(2026, 6, 1))
+    assert before.output == Decimal("12.00") and after.output == Decimal("10.00")
+    assert isinstance(after.per_million("cached_input"), Decimal)
+    assert catalog.price("gpt-5.6-sol", "ultrafast", dt.date(2026, 8, 12)) is None
+
+
+def _broken(raw, mutate):  # type: ignore[no-untyped-def]
+    data = copy.deepcopy(raw)
+    mutate(data)
+    with pytest.raises(CatalogError) as info:
+        parse_catalog(data, "catalog.toml")
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unknown_model_in_a_price(raw):
+    msg = _broken(raw, lambda d: d["prices"][0].update(model="gpt-9"))
+    assert "unknown model 'gpt-9'" in msg
+
+
+def test_duplicate_price(raw):
+    msg = _broken(raw, lambda d: d["prices"].append(dict(d["prices"][0])))
+    assert "duplicate price for gpt-5.1 / standard" in msg
+
+
+def test_non_positive_allowance(raw):
+    msg = _broken(raw, lambda d: d["plans"][1]["pools"][0].update(allowance_tokens=0))
+    assert "plans[1] (plus).pools[0] (spark).allowance_tokens" in msg and "positive" in msg
+
+
+def test_successor_must_exist(raw):
+    msg = _broken(raw, lambda d: d["models"][0].update(successor="gpt-nope"))
+    assert "successor 'gpt-nope'" in msg
+
+
+def test_float_prices_are_refused(raw):
+    msg = _broken(raw, lambda d: d["prices"][0].update(input=1.25))
+    assert "not floats" in msg
+
+
+def test_unknown_tier_and_pool_model_and_period(raw):
+    assert "tier" in _broken(raw, lambda d: d["prices"][0].update(tier="turbo"))
+    assert "unknown model 'nope'" in _broken(raw, lambda d: d["plans"][2]["pools"][0].update(models=["nope"]))
+    assert "period" in _broken(raw, lambda d: d["plans"][2]["pools"][0].update(period="year"))
+
+
+def test_missing_and_invalid_files(tmp_path):
+    with pytest.raises(CatalogError, match="catalog file not found"):
+        load_catalog(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("currency = \n")
+    with pytest.raises(CatalogError, match="not valid TOML"):
+        load_catalog(bad)

@@ -1,0 +1,172 @@
+"""User mistakes end with one clear line on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from tests.conftest import CATALOG_PATH, ROOT
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _one_line_error(code: int, err: str, expected: str) -> None:
+    assert code != 0
+    assert "Traceback" not in err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+
+
+def test_missing_config_file(capsys, tmp_path):
+    code, _, err = _run(
+        capsys,
+        "--config",
+        str(tmp_path / "nope.toml"),
+        "--landing",
+        str(tmp_path),
+        "events",
+        "generate",
+        "--days",
+        "1",
+    )
+    _one_line_error(code, err, "catalog file not found")
+
+
+def test_unknown_model_in_catalog(capsys, tmp_path):
+    bad = tmp_path / "catalog.toml"
+    bad.write_text(CATALOG_PATH.read_text().replace('model = "gpt-5.1"', 'model = "gpt-0.1"', 1))
+    code, _, err = _run(
+        capsys, "--config", str(bad), "--landing", str(tmp_path), "events", "generate", "--days", "1"
+    )
+    _one_line_error(code, err, "unknown model 'gpt-0.1'")
+
+
+@pytest.mark.parametrize("value", ["2026-13-01", "yesterday", "2026-02-30"])
+def test_bad_date(capsys, tmp_path, value):
+    code, _, err = _run(
+        capsys,
+        "--database-url",
+        f"sqlite:///{tmp_path / 'w.db'}",
+        "--lake",
+        str(tmp_path),
+        "--landing",
+        str(tmp_path),
+        "events",
+        "ingest",
+        "--date",
+        value,
+    )
+    _one_line_error(code, err, f"invalid date '{value}'")
+
+
+def test_range_backwards(capsys, tmp_path):
+    code, _, err = _run(
+        capsys,
+        "--database-url",
+        f"sqlite:///{tmp_path / 'w.db'}",
+        "usage",
+        "aggregate",
+        "--from",
+        "2026-03-05",
+        "--to",
+        "2026-03-01",
+    )
+    _one_line_error(code, err, "--to 2026-03-01 is before --from 2026-03-05")
+
+
+def test_unreachable_database_hides_the_password(capsys):
+    code, _, err = _run(
+        capsys, "--database-url", "postgresql+psycopg://billing:s3cret@127.0.0.1:1/nowhere", "db", "upgrade"
+    )
+    _one_line_error(code, err, "cannot reach database postgresql+psycopg://billing:***@127.0.0.1:1/nowhere")
+    assert "s3cret" not in err
+
+
+def test_bad_database_url(capsys):
+    code, _, err = _run(capsys, "--database-url", "not a url", "db", "upgrade")
+    _one_line_error(code, err, "invalid database URL")
+
+
+def test_bad_accounts_file(capsys, tmp_path):
+    csv = tmp_path / "accounts.csv"
+    csv.write_text("account_id,plan,timezone,active_from,active_until\na,gold,UTC,2026-02-01,\n")
+    code, _, err = _run(
+        capsys, "--database-url", f"sqlite:///{tmp_path / 'w.db'}", "accounts", "load", str(csv)
+    )
+    _one_line_error(code, err, "unknown plan 'gold'")
+
+
+def test_generator_rejects_bad_sizes(capsys, tmp_path):
+    code, _, err = _run(capsys, "--landing", str(tmp_path), "events", "generate", "--days", "0")
+    _one_line_error(code, err, "must be positive")
+
+
+def test_real_process_exit_code_and_stderr(tmp_path):
+    env = {**os.environ, "USAGE_BILLING_CONFIG": str(tmp_path / "missing.toml")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "events", "generate", "--days", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: catalog file not found: {Path(tmp_path / 'missing.toml')}"
+    ]
+
+
+def test_beam_flags_after_double_dash_reach_the_pipeline(capsys, sqlite_settings):
+    from tests.conftest import small_dates
+
+    day = small_dates()[0].isoformat()
+    code, out, err = _run(
+        capsys,
+        "--database-url",
+        sqlite_settings.database_url,
+        "--lake",
+        sqlite_settings.lake,
+        "--landing",
+        sqlite_settings.landing,
+        "events",
+        "ingest",
+        "--date",
+        day,
+        "--",
+        "--direct_num_workers=1",
+        "--runner=FnApiRunner",
+    )
+    assert code == 0, err
+    assert "clean" in out
+
+
+def test_unknown_beam_runner(capsys, sqlite_settings):
+    from tests.conftest import small_dates
+
+    code, _, err = _run(
+        capsys,
+        "--database-url",
+        sqlite_settings.database_url,
+        "--lake",
+        sqlite_settings.lake,
+        "--landing",
+        sqlite_settings.landing,
+        "events",
+        "ingest",
+        "--date",
+        small_dates()[0].isoformat(),
+        "--",
+        "--runner=NoSuchRunner",
+    )
+    _one_line_error(code, err, "Unexpected pipeline runner: NoSuchRunner")

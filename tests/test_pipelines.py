@@ -1,0 +1,193 @@
+"""Ingest and aggregate end to end on generated landing files: conservation, idempotency, late data."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pytest
+from sqlalchemy import func, select
+
+from pipelines import aggregate, ingest
+from pipelines.jobs import date_args, ingest_and_aggregate
+from pipelines.warehouse import make_engine
+from schemas.warehouse import IngestRun, UsageDaily
+from tests.conftest import SMALL, small_dates
+
+
+def _lake_digest(lake: str) -> dict[str, str]:
+    return {
+        str(p.relative_to(lake)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(lake, "events").rglob("*.parquet"))
+    }
+
+
+def _usage_rows(url: str) -> list[tuple]:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(UsageDaily.__table__).order_by(*UsageDaily.__table__.primary_key.columns)
+        ).all()
+    engine.dispose()
+    return [tuple(r) for r in rows]
+
+
+def _lake_tokens(lake: str) -> int:
+    t = ds.dataset(str(Path(lake, "events")), format="parquet").to_table(
+        columns=["input_tokens", "output_tokens"]
+    )
+    return pc.sum(t["input_tokens"]).as_py() + pc.sum(t["output_tokens"]).as_py()
+
+
+def _ingest_all(settings) -> ingest.IngestResult:  # type: ignore[no-untyped-def]
+    return ingest.run([*settings.argv(), *date_args(small_dates())])
+
+
+def test_conservation_and_every_generated_event_exactly_once(sqlite_settings, catalog):
+    from pipelines.generate import generate
+
+    result = _ingest_all(sqlite_settings)
+    gen = generate(catalog, SMALL)
+    for day, s in result.stats.items():
+        assert s["rows_read"] == s["clean"] + sum(s["quarantined"].values()) + s["duplicates"], day
+    assert result.total("rows_read") == gen.events.num_rows
+    assert result.total("duplicates") == gen.duplicates
+    assert result.total("quarantined") == 0
+    lake = ds.dataset(str(Path(sqlite_settings.lake, "events")), format="parquet").to_table()
+    assert lake.num_rows == len(pc.unique(gen.events["event_id"]))
+    assert len(pc.unique(lake["event_id"])) == lake.num_rows
+    engine = make_engine(sqlite_settings.database_url)
+    with engine.connect() as conn:
+        runs = conn.execute(select(IngestRun.__table__)).all()
+    assert len(runs) == SMALL.days
+    assert sum(r.late_rows.get(d, 0) for r in runs for d in r.late_rows) > 0
+
+
+def test_rerunning_dates_changes_no_partition_and_no_row(sqlite_settings):
+    ingest_and_aggregate(sqlite_settings, small_dates())
+    digest, rows = _lake_digest(sqlite_settings.lake), _usage_rows(sqlite_settings.database_url)
+    again = ingest_and_aggregate(sqlite_settings, small_dates())
+    assert again.ingest.changed_dates == []
+    assert again.ingest.total("clean") == 0
+    assert again.ingest.total("duplicates") == again.ingest.total("rows_read")
+    assert _lake_digest(sqlite_settings.lake) == digest
+    assert _usage_rows(sqlite_settings.database_url) == rows
+    # Re-aggregating only one date replaces exactly that date's rows.
+    aggregate.run([*sqlite_settings.argv(), "--date", small_dates()[1].isoformat()])
+    assert _usage_rows(sqlite_settings.database_url) == rows
+
+
+def test_day_by_day_equals_one_range_run(sqlite_settings, tmp_path):
+    ranged = ingest_and_aggregate(sqlite_settings, small_dates())
+    ranged_rows = _usage_rows(sqlite_settings.database_url)
+    from dataclasses import replace
+
+    from pipelines.warehouse import upgrade
+
+    daily = replace(
+        sqlite_settings, lake=str(tmp_path / "lake2"), database_url=f"sqlite:///{tmp_path / 'd.db'}"
+    )
+    upgrade(make_engine(daily.database_url))
+    changed = set()
+    for day in small_dates():
+        changed |= set(ingest_and_aggregate(daily, [day]).ingest.changed_dates)
+    assert _usage_rows(daily.database_url) == ranged_rows
+    assert sorted(changed) == sorted(ranged.ingest.changed_dates)
+
+
+def test_late_events_rewrite_their_past_partition_and_run_day_reaggregates_it(sqlite_settings):
+    first, last = small_dates()[0], small_dates()[-1]
+    ingest_and_aggregate(sqlite_settings, small_dates()[:-1])
+    result = ingest_and_aggregate(sqlite_settings, [last])
+    late_dates = [d for d in result.ingest.changed_dates if d < last]
+    assert late_dates, "the generator sends late events to the last landing date"
+    assert set(result.aggregated) == {last, *late_dates}
+    assert result.ingest.stats[last.isoformat()]["late"]
+    assert first <= min(late_dates)
+    # usage_daily equals a fresh aggregation of the whole lake.
+    rows = _usage_rows(sqlite_settings.database_url)
+    aggregate.run([*sqlite_settings.argv(), *date_args(small_dates())])
+    assert _usage_rows(sqlite_settings.database_url) == rows
+
+
+def test_tokens_in_the_lake_equal_tokens_in_usage_daily(sqlite_settings):
+    ingest_and_aggregate(sqlite_settings, small_dates())
+    engine = make_engine(sqlite_settings.database_url)
+    t = UsageDaily.__table__
+    with engine.connect() as conn:
+        tokens = conn.execute(select(func.sum(t.c.input_tokens + t.c.output_tokens))).scalar_one()
+    assert tokens == _lake_tokens(sqlite_settings.lake)
+
+
+def test_bad_rows_and_bad_files_are_quarantined_and_good_rows_still_arrive(sqlite_settings, tmp_path):
+    landing = tmp_path / "landing"
+    day = small_dates()[0]
+    shutil.copytree(Path(sqlite_settings.landing) / day.isoformat(), landing / day.isoformat())
+    folder = landing / day.isoformat()
+    good = {
+        "event_id": "extra-1",
+        "event_time": f"{day}T08:00:00Z",
+        "account_id": "acct-00001",
+        "model": "gpt-5.6-sol",
+        "speed_tier": "standard",
+        "input_tokens": 5,
+        "cached_input_tokens": 0,
+        "output_tokens": 5,
+        "status": "ok",
+    }
+    (folder / "mixed.jsonl").write_text(
+        "\n".join(
+            [
+                json.dumps(good),
+                "{oops",
+                json.dumps({**good, "event_id": "extra-2", "speed_tier": "ludicrous"}),
+            ]
+        )
+    )
+    (folder / "truncated.jsonl.gz").write_bytes(gzip.compress(b'{"event_id": "t"}\n' * 50)[:30])
+    (folder / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet")
+    (folder / "notes.txt").write_text("hello")
+    from dataclasses import replace
+
+    settings = replace(sqlite_settings, landing=str(landing))
+    result = ingest.run([*settings.argv(), "--date", day.isoformat()])
+    s = result.stats[day.isoformat()]
+    assert s["quarantined"] == {
+        "malformed_json": 1,
+        "unknown_speed_tier": 1,
+        "unreadable_file": 2,
+        "unsupported_format": 1,
+    }
+    assert s["rows_read"] == s["clean"] + 5 + s["duplicates"]
+    lake = ds.dataset(str(Path(settings.lake, "events")), format="parquet").to_table(columns=["event_id"])
+    assert "extra-1" in set(lake["event_id"].to_pylist())
+    quarantine = ds.dataset(str(Path(settings.lake, "quarantine")), format="parquet").to_table()
+    assert quarantine.num_rows == 5
+    assert set(quarantine["source_file"].to_pylist()) == {
+        "mixed.jsonl",
+        "truncated.jsonl.gz",
+        "corrupt.parquet",
+        "notes.txt",
+    }
+
+
+@pytest.mark.postgres
+def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgres_settings):
+    ingest_and_aggregate(sqlite_settings, small_dates())
+    ingest_and_aggregate(postgres_settings, small_dates())
+    assert _usage_rows(postgres_settings.database_url) == _usage_rows(sqlite_settings.database_url)
+    again = ingest_and_aggregate(postgres_settings, small_dates())
+    assert again.ingest.total("clean") == 0
+    assert len(_usage_rows(postgres_settings.database_url)) == len(_usage_rows(sqlite_settings.database_url))
+
+
+def test_a_missing_landing_folder_is_a_clear_error(sqlite_settings):
+    from pipelines.errors import UsageBillingError
+
+    with pytest.raises(UsageBillingError, match="no landing folder for 2030-01-01"):
+        ingest.run([*sqlite_settings.argv(), "--date", "2030-01-01"])
