@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -114,19 +115,20 @@ def run_demo(
 def _summary(
     out: Console, result: ingest.IngestResult, tokens: dict[str, dict[str, int]], seconds: float
 ) -> None:
-    counts = Table(title="Ingest", show_header=True)
+    counts = Table(title="Ingest", box=box.SIMPLE_HEAD)
     for col in ("rows read", "ingested", "quarantined", "duplicates"):
         counts.add_column(col, justify="right")
     counts.add_row(*(f"{result.total(k):,}" for k in ("rows_read", "clean", "quarantined", "duplicates")))
     out.print(counts)
     months = sorted({m for per in tokens.values() for m in per})
-    table = Table(title="Tokens (input + output) per model per month, millions", show_header=True)
+    title = "Tokens (input + output) per model per month, millions"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("model", no_wrap=True)
     for m in months:
-        table.add_column(dt.date.fromisoformat(f"{m}-01").strftime("%b %y"), justify="right", no_wrap=True)
+        table.add_column(dt.date.fromisoformat(f"{m}-01").strftime("%b\n%Y"), justify="right", no_wrap=True)
     for model in sorted(tokens):
         table.add_row(
-            model, *(f"{tokens[model][m] / 1e6:,.0f}" if tokens[model].get(m) else "-" for m in months)
+            model, *(f"{tokens[model][m] / 1e6:.0f}" if tokens[model].get(m) else "-" for m in months)
         )
     out.print(table)
     out.print(f"demo finished in {seconds:.0f} s; warehouse and lake as configured (see --help)")

@@ -185,7 +185,7 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
     weights = _model_weights(catalog, days, ordinary)
     model_local = _sample_categorical(rng, np.cumsum(weights, axis=1)[day])
     model = np.array([catalog.model_ids.index(m) for m in ordinary])[model_local]
-    input_tok, output_tok = _tokens(rng, len(acc), 8.6, 6.2)
+    input_tok, output_tok = _tokens(rng, len(acc), 10.0, 6.5)
 
     # -- pool models: adopters, churn, and use when the main pool is exhausted ------------------
     spark_parts = []
@@ -210,7 +210,7 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
         s_acc = np.concatenate([p[0] for p in spark_parts])
         s_day = np.concatenate([p[1] for p in spark_parts])
         s_model = np.concatenate([p[2] for p in spark_parts])
-        s_in, s_out = _tokens(rng, len(s_acc), 9.1, 6.6)
+        s_in, s_out = _tokens(rng, len(s_acc), 10.3, 6.9)
         acc = np.concatenate([acc, s_acc])
         day = np.concatenate([day, s_day])
         model = np.concatenate([model, s_model])

@@ -88,3 +88,36 @@ def test_json_lines_encoding_round_trips_through_the_parser(catalog):
             assert parsed.table[name].equals(table[name]), name
     times = pc.strftime(table["event_time"], "%Y-%m-%dT%H:%M:%SZ")
     assert parsed.table["event_time"].to_pylist() == times.to_pylist()
+
+
+def test_fast_model_is_a_backup_tank_used_when_the_main_pool_is_exhausted(catalog):
+    """Per account and UTC week, days after the main pool ran out carry most of the fast model's use."""
+    import pandas as pd
+
+    gen = generate(catalog, GeneratorConfig(days=120, accounts=1500, events_per_day=5000, seed=4))
+    ev = gen.events.select(["event_time", "account_id", "model", "input_tokens", "output_tokens"]).to_pandas()
+    plans = {a["account_id"]: a["plan"] for a in gen.accounts}
+    weekly_main = {
+        p.id: next(pool.allowance_tokens for pool in p.pools if "*" in pool.models)
+        for p in catalog.plans
+        if p.id != "free"
+    }
+    ev = ev[ev["account_id"].map(plans).isin(weekly_main)]
+    ev["day"] = ev["event_time"].dt.tz_convert("UTC").dt.floor("D")
+    ev["week"] = ev["day"] - pd.to_timedelta(ev["day"].dt.day_of_week, unit="D")
+    ev["tokens"] = ev["input_tokens"] + ev["output_tokens"]
+    is_spark = ev["model"] == SPARK
+    main = ev[~is_spark].groupby(["account_id", "week", "day"])["tokens"].sum().reset_index()
+    main["before"] = main.groupby(["account_id", "week"])["tokens"].cumsum() - main["tokens"]
+    main["allowance"] = main["account_id"].map(plans).map(weekly_main)
+    out_of_main = main.loc[main["before"] >= main["allowance"], ["account_id", "day"]]
+    exhausted = set(map(tuple, out_of_main.to_numpy()))
+    spark = ev[is_spark]
+    keys = zip(spark["account_id"], spark["day"], strict=True)
+    on_exhausted = spark[[key in exhausted for key in keys]]
+    share = len(on_exhausted) / len(spark)
+    spark_days = spark.groupby(["account_id", "day"]).size()
+    days_exhausted = sum((a, d) in exhausted for a, d in spark_days.index)
+    # Spark users spend a minority of their active days exhausted, yet most spark requests fall on them.
+    assert share > 0.5, share
+    assert share > 1.5 * days_exhausted / len(spark_days), (share, days_exhausted / len(spark_days))

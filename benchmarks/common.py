@@ -1,0 +1,66 @@
+"""Helpers shared by the benchmark scripts: timing, peak memory, machine description, results file."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def timed(fn: Callable[[], object], repeat: int = 1) -> tuple[float, object]:
+    """Best wall time of ``repeat`` runs and the last result."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def peak_rss_mb_of(argv: list[str]) -> tuple[float, float, str]:
+    """Run a command in a child process: (wall seconds, peak RSS in MB, stdout)."""
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, usage.ru_maxrss / 1024, proc.stdout
+
+
+def write_section(title: str, body: str) -> None:
+    """Replace (or append) the section ``## title`` of RESULTS.md."""
+    intro = "# Benchmark results\n\nEach section: the command, the machine, then the numbers of one run.\n"
+    text = RESULTS.read_text() if RESULTS.exists() else intro
+    header = f"## {title}\n"
+    section = header + body.rstrip() + "\n"
+    if header in text:
+        start = text.index(header)
+        end = text.find("\n## ", start + len(header))
+        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    RESULTS.write_text(text)
+    print(section)
+
+
+def command_line(module: str) -> str:
+    return " ".join([".venv/bin/python -m", module, *[a if " " not in a else repr(a) for a in sys.argv[1:]]])
