@@ -1,16 +1,23 @@
 """Dedup by event_id on whole Arrow tables: the idempotency key of the pipeline.
 
-Events are sharded by a stable hash of event_id (``shard_of``); one shard of one event date is
-deduplicated at a time against itself and against what the lake already holds for that shard, so
-memory is bounded by the size of one shard, not by the run. The first copy of an event_id wins, in
-order (already in the lake, landing date, source file, row number); an identical later copy is a
-duplicate, a later copy with a different payload is quarantined as ``conflicting_duplicate``.
+Events are sharded by a stable 64-bit hash of event_id (``HASH`` column, computed once when read).
+One shard of a run is deduplicated at a time, against itself and against what the lake already
+holds for that shard in the lateness window, so memory is bounded by one shard, not by the run.
+Within the run, rows are sorted by hash and equal ids found by comparing neighbours (exact: a hash
+collision between different ids falls back to sorting by the id itself). Against the lake, each
+partition shard has a sidecar of its sorted id hashes; only hash hits are read back and compared.
+
+The first copy of an event_id wins, in order (already in the lake, landing date, source file, row
+number); an identical later copy is a duplicate, a later copy with a different payload is
+quarantined as ``conflicting_duplicate``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +26,8 @@ import pyarrow.compute as pc
 from schemas.events import EVENT_SCHEMA, LAKE_SCHEMA, QUARANTINE_SCHEMA
 from schemas.jsonl import ROW_NUMBER
 
-_ORIGIN = "_origin"  # 0 = already in the lake, 1 = this run
+HASH = "_hash"  # uint64 hash of event_id, carried from read to dedup (never stored in the lake)
+PAYLOAD = tuple(f.name for f in EVENT_SCHEMA)
 _ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -71,77 +79,154 @@ def shard_of(event_ids: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
     return (stable_hash(event_ids) % np.uint64(shards)).astype(np.int64)
 
 
-def split_by_date_and_shard(table: pa.Table, shards: int) -> Iterator[tuple[tuple[str, int], pa.Table]]:
-    """Yield ((event date ISO, shard), rows) groups of a clean table, one sort, no per-row Python."""
+def with_hash(table: pa.Table) -> pa.Table:
+    return table.append_column(HASH, pa.array(stable_hash(table["event_id"]), pa.uint64()))
+
+
+def split_by_shard(table: pa.Table, shards: int) -> Iterator[tuple[int, pa.Table]]:
+    """Yield (shard, rows) groups of a table with a HASH column: one sort, no per-row Python."""
     if table.num_rows == 0:
         return
-    day = pc.cast(table["event_time"], pa.date32()).cast(pa.int32()).to_numpy().astype(np.int64)
-    key = day * shards + shard_of(table["event_id"], shards)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    bounds = np.flatnonzero(np.diff(key)) + 1
+    shard = (table[HASH].to_numpy() % np.uint64(shards)).astype(np.int64)
+    order = np.argsort(shard, kind="stable")
+    shard = shard[order]
+    bounds = np.flatnonzero(np.diff(shard)) + 1
     starts = np.concatenate(([0], bounds))
-    ends = np.concatenate((bounds, [len(key)]))
-    epoch = np.datetime64("1970-01-01", "D")
+    ends = np.concatenate((bounds, [len(shard)]))
     for s, e in zip(starts, ends, strict=True):
-        k = int(key[s])
         # take, not slice: a pickled slice drags its parent's whole buffers through the shuffle.
-        yield (str(epoch + np.timedelta64(k // shards, "D")), k % shards), table.take(pa.array(order[s:e]))
+        yield int(shard[s]), table.take(pa.array(order[s:e]))
+
+
+class ExistingShard(Protocol):
+    """What the lake already holds for one shard, in the dates that dedup must look at."""
+
+    def dates(self) -> list[dt.date]: ...
+
+    def hashes(self, day: dt.date) -> np.ndarray: ...  # sorted unique uint64
+
+    def rows(self, day: dt.date, event_ids: pa.Array) -> pa.Table: ...  # LAKE_SCHEMA rows with those ids
+
+    def full(self, day: dt.date) -> pa.Table | None: ...  # the whole shard file of that day
 
 
 @dataclass
-class DedupResult:
-    keep: pa.Table  # the shard's full new content (LAKE_SCHEMA), or None-equivalent when unchanged
-    changed: bool
+class ShardResult:
+    writes: dict[dt.date, pa.Table]  # event date -> new full content of the shard file (LAKE_SCHEMA)
     new_clean: pa.Table  # rows this run added (LAKE_SCHEMA)
-    duplicates: pa.Table  # identical resends seen in this run: (_landing_date) per row
+    duplicates: pa.Table  # identical copies seen in this run (_landing_date per row)
     conflicts: pa.Table = field(default_factory=QUARANTINE_SCHEMA.empty_table)
 
 
-def _same(a: pa.ChunkedArray, b: pa.ChunkedArray) -> np.ndarray:
+def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Null-aware equality, element by element."""
     eq = pc.fill_null(pc.equal(a, b), False)
     both_null = pc.and_(pc.is_null(a), pc.is_null(b))
     return np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def dedup_shard(new_parts: list[pa.Table], existing: pa.Table | None) -> DedupResult:
-    """Deduplicate one (event date, shard): new rows of this run against themselves and the lake."""
-    new = pa.concat_tables(new_parts) if len(new_parts) > 1 else new_parts[0]
-    new = new.append_column(_ORIGIN, pa.array(np.ones(new.num_rows, np.int8)))
-    if existing is not None and existing.num_rows:
-        old = existing.select(LAKE_SCHEMA.names).cast(LAKE_SCHEMA)
-        old = old.append_column(ROW_NUMBER, pa.nulls(old.num_rows, pa.int64()))
-        old = old.append_column(_ORIGIN, pa.array(np.zeros(old.num_rows, np.int8)))
-        rows = pa.concat_tables([old, new.select(old.column_names).cast(old.schema)])
-    else:
-        rows = new
-    rows = rows.sort_by(
-        [
-            ("event_id", "ascending"),
-            (_ORIGIN, "ascending"),
-            ("_landing_date", "ascending"),
-            ("_source_file", "ascending"),
-            (ROW_NUMBER, "ascending"),
-        ]
-    )
-    ids = rows["event_id"].combine_chunks()
-    n = rows.num_rows
+def _identical(rows: pa.Table, kept: pa.Table) -> np.ndarray:
+    out = np.ones(rows.num_rows, bool)
+    for name in PAYLOAD:
+        out &= _same(rows[name].combine_chunks(), kept[name].combine_chunks())
+    return out
+
+
+def _ordered(parts: list[pa.Table]) -> pa.Table:
+    """Concatenate the parts in (landing date, source file, row number) order: first copy wins."""
+
+    def key(t: pa.Table) -> tuple:
+        return (t["_landing_date"][0].as_py(), t["_source_file"][0].as_py(), t[ROW_NUMBER][0].as_py() or 0)
+
+    parts = sorted((p for p in parts if p.num_rows), key=key)
+    return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
+
+
+def _runs(hashes: np.ndarray, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(order, first) such that equal ids are contiguous in ``order`` and ``first`` marks run starts.
+
+    The order is stable, so within one id the input order (first copy first) is kept.
+    """
+    n = len(hashes)
+    order = np.argsort(hashes, kind="stable")
+    hs = hashes[order]
+    sorted_ids = ids.take(pa.array(order))
+    same_hash = hs[1:] == hs[:-1]
+    same_id = _same(sorted_ids.slice(1), sorted_ids.slice(0, n - 1)) if n > 1 else np.zeros(0, bool)
+    if (same_hash & ~same_id).any():  # a 64-bit collision between different ids: sort by the id too
+        keyed = pa.table({"h": hashes, "id": ids, "pos": np.arange(n)})
+        order = keyed.sort_by([("h", "ascending"), ("id", "ascending"), ("pos", "ascending")])[
+            "pos"
+        ].to_numpy()
+        sorted_ids = ids.take(pa.array(order))
+        same_id = _same(sorted_ids.slice(1), sorted_ids.slice(0, n - 1))
     first = np.ones(n, bool)
-    if n > 1:
-        first[1:] = ~_same(ids.slice(1), ids.slice(0, n - 1))
-    first_idx = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    kept = rows.take(pa.array(first_idx))
-    identical = np.ones(n, bool)
-    for f in EVENT_SCHEMA:
-        identical &= _same(rows[f.name], kept[f.name])
-    from_run = np.asarray(rows[_ORIGIN].to_numpy(), dtype=np.int8) == 1
-    new_mask = first & from_run
-    dup_mask = ~first & identical & from_run
-    conflict_mask = ~first & ~identical & from_run
-    lake_rows = rows.filter(pa.array(first)).select(LAKE_SCHEMA.names).cast(LAKE_SCHEMA)
-    lake_rows = lake_rows.sort_by([("event_time", "ascending"), ("event_id", "ascending")])
-    conflicts = rows.filter(pa.array(conflict_mask))
-    kept_ids = kept.filter(pa.array(conflict_mask))
+    first[1:] = ~same_id
+    return order, first
+
+
+def _lake_matches(new_first: pa.Table, existing: ExistingShard) -> pa.Table:
+    """Rows already in the lake whose event_id equals one of ``new_first``'s (exact, via hash hits)."""
+    hashes = new_first[HASH].to_numpy()
+    found: list[pa.Table] = []
+    for day in existing.dates():
+        known = existing.hashes(day)
+        if len(known) == 0:
+            continue
+        pos = np.clip(np.searchsorted(known, hashes), 0, len(known) - 1)
+        hit = known[pos] == hashes
+        if hit.any():
+            rows = existing.rows(day, new_first["event_id"].filter(pa.array(hit)))
+            if rows.num_rows:
+                found.append(rows.select(list(LAKE_SCHEMA.names)))
+    return pa.concat_tables(found) if found else LAKE_SCHEMA.empty_table()
+
+
+def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
+    """Deduplicate one shard of a run: its new rows against themselves and against the lake."""
+    new = _ordered(parts)
+    n = new.num_rows
+    order, first = _runs(new[HASH].to_numpy(), new["event_id"].combine_chunks())
+    new = new.take(pa.array(order))
+    group_first = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    firsts = new.filter(pa.array(first))
+
+    # The copy each row is compared with: the lake's if the id is already stored, else the run's first.
+    lake = _lake_matches(firsts, existing)
+    in_lake = np.zeros(n, bool)
+    kept = new.take(pa.array(group_first)).select(list(LAKE_SCHEMA.names))
+    if lake.num_rows:
+        lake_pos = pc.index_in(new["event_id"], value_set=lake["event_id"])
+        in_lake = np.asarray(pc.is_valid(lake_pos).to_numpy(zero_copy_only=False), dtype=bool)
+        if in_lake.any():
+            lake_rows = lake.take(pc.fill_null(lake_pos, 0))
+            kept = pa.Table.from_arrays(
+                [pc.if_else(pa.array(in_lake), lake_rows[c], kept[c]) for c in LAKE_SCHEMA.names],
+                schema=LAKE_SCHEMA,
+            )
+    is_new = first & ~in_lake
+    check = ~is_new  # every other row is a copy of something kept: identical or conflicting
+    check_idx = pa.array(np.flatnonzero(check))
+    identical = np.zeros(n, bool)
+    if len(check_idx):
+        identical[check] = _identical(new.take(check_idx), kept.take(check_idx))
+    dup_mask = check & identical
+    conflict_mask = check & ~identical
+
+    new_clean = new.filter(pa.array(is_new))
+    writes: dict[dt.date, pa.Table] = {}
+    if new_clean.num_rows:
+        days = pc.cast(new_clean["event_time"], pa.date32())
+        for day in pc.unique(days).to_pylist():
+            rows = new_clean.filter(pc.equal(days, pa.scalar(day, pa.date32()))).select(
+                list(LAKE_SCHEMA.names)
+            )
+            current = existing.full(day)
+            rows = rows.cast(LAKE_SCHEMA)
+            writes[day] = pa.concat_tables([current.cast(LAKE_SCHEMA), rows]) if current is not None else rows
+
+    conflicts = new.filter(pa.array(conflict_mask))
+    kept_of_conflicts = kept.filter(pa.array(conflict_mask))
     conflict_q = pa.table(
         {
             "landing_date": conflicts["_landing_date"],
@@ -150,16 +235,25 @@ def dedup_shard(new_parts: list[pa.Table], existing: pa.Table | None) -> DedupRe
             "event_id": conflicts["event_id"],
             "reason": pa.array(["conflicting_duplicate"] * conflicts.num_rows, pa.string()),
             "detail": pc.binary_join_element_wise(
-                "differs from the copy kept from ", kept_ids["_source_file"], ""
+                "differs from the copy kept from ",
+                kept_of_conflicts["_source_file"],
+                " (landing ",
+                pc.cast(kept_of_conflicts["_landing_date"], pa.string()),
+                ")",
+                "",
             ),
             "raw": pa.nulls(conflicts.num_rows, pa.string()),
         },
         schema=QUARANTINE_SCHEMA,
     )
-    return DedupResult(
-        keep=lake_rows,
-        changed=bool(new_mask.any()),
-        new_clean=rows.filter(pa.array(new_mask)).select(LAKE_SCHEMA.names),
-        duplicates=rows.filter(pa.array(dup_mask)).select(["_landing_date"]),
+    return ShardResult(
+        writes=writes,
+        new_clean=new_clean.select(list(LAKE_SCHEMA.names)),
+        duplicates=new.filter(pa.array(dup_mask)).select(["_landing_date"]),
         conflicts=conflict_q,
     )
+
+
+def sorted_hashes(table: pa.Table) -> np.ndarray:
+    """The index sidecar of a shard file: its ids' hashes, sorted and unique."""
+    return np.unique(stable_hash(table["event_id"]))

@@ -19,12 +19,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 from sqlalchemy import delete, insert
 
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
-from pipelines.dedup import dedup_shard, split_by_date_and_shard
+from pipelines.dedup import ShardResult, dedup_shard, sorted_hashes, split_by_shard, with_hash
 from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.readers import file_kind, parquet_units, read_json_file, read_parquet_unit, whole_file
 from pipelines.validate import Rules, validate
@@ -103,7 +104,7 @@ class ReadUnit:
 
 
 class ReadAndValidate(beam.DoFn):
-    """One read unit -> clean rows keyed by (event date, shard), quarantine rows, counts."""
+    """One read unit -> clean rows keyed by dedup shard, quarantine rows, counts."""
 
     def __init__(self, rules: Rules, shards: int) -> None:
         self.rules = rules
@@ -127,28 +128,64 @@ class ReadAndValidate(beam.DoFn):
             stats = _merge(stats, _stats(rows_read=chunk.rows_read, quarantined=_reason_counts(quarantine)))
             if quarantine.num_rows:
                 yield beam.pvalue.TaggedOutput("quarantine", (unit.landing_date, quarantine))
-            yield from split_by_date_and_shard(clean, self.shards)
+            yield from split_by_shard(with_hash(clean), self.shards)
         yield beam.pvalue.TaggedOutput("stats", (unit.landing_date, stats))
 
 
-class DedupAndStage(beam.DoFn):
-    """One (event date, shard) group -> the shard file staged for commit, duplicates and conflicts."""
+def shard_file(shard: int) -> str:
+    return f"shard-{shard:04d}.parquet"
 
-    def __init__(self, lake_root: str, stage_root: str) -> None:
+
+def index_file(shard: int) -> str:
+    """Sorted id hashes of a shard file; the leading underscore keeps Parquet readers away."""
+    return f"_ids-shard-{shard:04d}.npy"
+
+
+class LakeShard:
+    """One shard of the lake in the dedup window (the ExistingShard that dedup_shard reads)."""
+
+    def __init__(self, lake_root: str, shard: int, window: list[dt.date]) -> None:
+        self.lake_root, self.shard = lake_root, shard
+        committed = set(lake.partition_dates(lake_root, lake.EVENTS))
+        self._dates = [d for d in window if d in committed and lake.exists(self._path(d, shard_file(shard)))]
+
+    def _path(self, day: dt.date, name: str) -> str:
+        return lake.join(lake.partition(self.lake_root, lake.EVENTS, day), name)
+
+    def dates(self) -> list[dt.date]:
+        return self._dates
+
+    def hashes(self, day: dt.date) -> np.ndarray:
+        path = self._path(day, index_file(self.shard))
+        if lake.exists(path):
+            return lake.read_npy(path)
+        return sorted_hashes(lake.read_parquet(self._path(day, shard_file(self.shard)), columns=["event_id"]))
+
+    def rows(self, day: dt.date, event_ids: pa.Array) -> pa.Table:
+        table = lake.read_parquet(self._path(day, shard_file(self.shard)))
+        return table.filter(pa.compute.is_in(table["event_id"], value_set=event_ids))
+
+    def full(self, day: dt.date) -> pa.Table | None:
+        path = self._path(day, shard_file(self.shard))
+        return lake.read_parquet(path) if lake.exists(path) else None
+
+
+class DedupAndStage(beam.DoFn):
+    """One shard of the run -> shard files (and their id index) staged for commit, counts, conflicts."""
+
+    def __init__(self, lake_root: str, stage_root: str, window: list[dt.date]) -> None:
         self.lake_root = lake_root
         self.stage_root = stage_root
+        self.window = window
 
     def process(self, element):  # type: ignore[no-untyped-def]
-        (event_date, shard), parts = element
-        name = f"shard-{shard:04d}.parquet"
-        current = lake.join(lake.partition(self.lake_root, lake.EVENTS, event_date), name)
-        existing = lake.read_parquet(current) if lake.exists(current) else None
-        result = dedup_shard(list(parts), existing)
-        if result.changed:
-            lake.write_parquet(
-                lake.join(lake.partition(self.stage_root, lake.EVENTS, event_date), name), result.keep
-            )
-        for landing, stats in _per_landing(result, event_date):
+        shard, parts = element
+        result = dedup_shard(list(parts), LakeShard(self.lake_root, shard, self.window))
+        for day, table in result.writes.items():
+            folder = lake.partition(self.stage_root, lake.EVENTS, day)
+            lake.write_parquet(lake.join(folder, shard_file(shard)), table)
+            lake.write_npy(lake.join(folder, index_file(shard)), sorted_hashes(table))
+        for landing, stats in _per_landing(result):
             yield beam.pvalue.TaggedOutput("stats", (landing, stats))
         if result.conflicts.num_rows:
             for landing, rows in _by_landing(result.conflicts, "landing_date"):
@@ -160,16 +197,29 @@ def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
         yield value.isoformat(), table.filter(pa.compute.equal(table[column], pa.scalar(value, pa.date32())))
 
 
-def _per_landing(result, event_date: str) -> Iterable[tuple[str, dict]]:  # type: ignore[no-untyped-def]
+def _per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
     out: dict[str, dict] = {}
-    for landing, rows in _by_landing(result.new_clean, "_landing_date"):
-        late = {event_date: rows.num_rows} if event_date < landing else {}
-        out[landing] = _merge(out.get(landing, _stats()), _stats(clean=rows.num_rows, late=late))
-    for landing, rows in _by_landing(result.duplicates, "_landing_date"):
-        out[landing] = _merge(out.get(landing, _stats()), _stats(duplicates=rows.num_rows))
-    for landing, rows in _by_landing(result.conflicts, "landing_date"):
-        q = {"conflicting_duplicate": rows.num_rows}
-        out[landing] = _merge(out.get(landing, _stats()), _stats(quarantined=q))
+
+    def add(landing: dt.date, **values: object) -> None:
+        key = landing.isoformat()
+        out[key] = _merge(out.get(key, _stats()), _stats(**values))
+
+    if result.new_clean.num_rows:
+        keyed = pa.table(
+            {
+                "landing": result.new_clean["_landing_date"],
+                "day": pa.compute.cast(result.new_clean["event_time"], pa.date32()),
+            }
+        )
+        for row in keyed.group_by(["landing", "day"]).aggregate([([], "count_all")]).to_pylist():
+            late = {row["day"].isoformat(): row["count_all"]} if row["day"] < row["landing"] else {}
+            add(row["landing"], clean=row["count_all"], late=late)
+    if result.duplicates.num_rows:
+        for row in result.duplicates.group_by("_landing_date").aggregate([([], "count_all")]).to_pylist():
+            add(row["_landing_date"], duplicates=row["count_all"])
+    if result.conflicts.num_rows:
+        for row in result.conflicts.group_by("landing_date").aggregate([([], "count_all")]).to_pylist():
+            add(row["landing_date"], quarantined={"conflicting_duplicate": row["count_all"]})
     return out.items()
 
 
@@ -199,9 +249,12 @@ class StageStats(beam.DoFn):
 class IngestEvents(beam.PTransform):
     """Read units -> staged partitions, quarantine and per-landing-date stats (writes only to staging)."""
 
-    def __init__(self, rules: Rules, shards: int, lake_root: str, stage_root: str) -> None:
+    def __init__(
+        self, rules: Rules, shards: int, lake_root: str, stage_root: str, window: list[dt.date]
+    ) -> None:
         super().__init__()
         self.rules, self.shards, self.lake_root, self.stage_root = rules, shards, lake_root, stage_root
+        self.window = window
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         read = units | "ReadAndValidate" >> beam.ParDo(ReadAndValidate(self.rules, self.shards)).with_outputs(
@@ -209,9 +262,11 @@ class IngestEvents(beam.PTransform):
         )
         dedup = (
             read.clean
-            | "GroupByDateShard" >> beam.GroupByKey()
+            | "GroupByShard" >> beam.GroupByKey()
             | "DedupAndStage"
-            >> beam.ParDo(DedupAndStage(self.lake_root, self.stage_root)).with_outputs("quarantine", "stats")
+            >> beam.ParDo(DedupAndStage(self.lake_root, self.stage_root, self.window)).with_outputs(
+                "quarantine", "stats"
+            )
         )
         (
             (read.quarantine, dedup.quarantine)
@@ -240,6 +295,13 @@ class IngestResult:
         return sum(
             s[key] if not isinstance(s[key], dict) else sum(s[key].values()) for s in self.stats.values()
         )
+
+
+def dedup_window(dates: list[dt.date], rules: Rules) -> list[dt.date]:
+    """Event dates an event landing on ``dates`` can have: the lateness window up to one day ahead."""
+    first = dates[0] - dt.timedelta(days=rules.lateness_days)
+    last = dates[-1] + dt.timedelta(days=1 + (rules.future_slack_hours + 23) // 24)
+    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
 
 
 def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
@@ -279,7 +341,7 @@ def run(argv: list[str] | None = None) -> IngestResult:
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units, reshuffle=False)
-                | "IngestEvents" >> IngestEvents(rules, shards, opts.lake, stage)
+                | "IngestEvents" >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules))
             )
         result = _collect(run_id, stage, dates)
         _check_conservation(result)

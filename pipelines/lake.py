@@ -11,12 +11,14 @@ are copied one by one (object stores have no atomic multi-object rename).
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import posixpath
 import shutil
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
@@ -120,6 +122,23 @@ def write_json(path: str, payload: object) -> None:
     else:
         with FileSystems.create(path) as handle:
             handle.write(data)
+
+
+def write_npy(path: str, array: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    if is_local(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(buf.getvalue())
+    else:
+        with FileSystems.create(path) as handle:
+            handle.write(buf.getvalue())
+
+
+def read_npy(path: str) -> np.ndarray:
+    with open(path, "rb") if is_local(path) else FileSystems.open(path) as handle:
+        return np.load(io.BytesIO(handle.read()), allow_pickle=False)
 
 
 def read_json(path: str) -> object:

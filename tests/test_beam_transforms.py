@@ -134,7 +134,7 @@ def test_ingest_transform_stages_clean_rows_quarantine_and_counts(tmp_path):
         landed = (
             p
             | beam.Create([ReadUnit(str(landing / "f.jsonl"), "2026-03-02")])
-            | IngestEvents(Rules(frozenset({"m"})), 2, str(tmp_path / "lake"), stage)
+            | IngestEvents(Rules(frozenset({"m"})), 2, str(tmp_path / "lake"), stage, [])
         )
         assert_that(landed, equal_to([]))  # everything goes to staging files
     stats = json.loads((tmp_path / "stage" / "stats" / "2026-03-02.json").read_text())

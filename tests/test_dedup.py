@@ -4,8 +4,10 @@ import datetime as dt
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from pipelines.dedup import dedup_shard, shard_of, split_by_date_and_shard, stable_hash
+from pipelines import dedup
+from pipelines.dedup import HASH, dedup_shard, shard_of, sorted_hashes, split_by_shard, stable_hash, with_hash
 from schemas.events import LAKE_SCHEMA
 from schemas.jsonl import ROW_NUMBER
 
@@ -34,15 +36,39 @@ def _rows(ids, tokens=None, landing=dt.date(2026, 3, 1), source="a.jsonl", day=1
         },
         schema=LAKE_SCHEMA,
     )
-    return t.append_column(ROW_NUMBER, pa.array(range(1, n + 1), pa.int64()))
+    return with_hash(t.append_column(ROW_NUMBER, pa.array(range(1, n + 1), pa.int64())))
+
+
+class MemoryShard:
+    """An ExistingShard backed by a dict of event date -> lake rows."""
+
+    def __init__(self, files: dict[dt.date, pa.Table] | None = None) -> None:
+        self.files = files or {}
+
+    def dates(self):  # type: ignore[no-untyped-def]
+        return sorted(self.files)
+
+    def hashes(self, day):  # type: ignore[no-untyped-def]
+        return sorted_hashes(self.files[day])
+
+    def rows(self, day, event_ids):  # type: ignore[no-untyped-def]
+        t = self.files[day]
+        return t.filter(pc.is_in(t["event_id"], value_set=event_ids))
+
+    def full(self, day):  # type: ignore[no-untyped-def]
+        return self.files.get(day)
+
+    def commit(self, result) -> None:  # type: ignore[no-untyped-def]
+        self.files.update(result.writes)
 
 
 def test_hash_is_stable_across_runs_and_spreads_ids():
     ids = pa.array(["a", "ev-1", "ev-2", "", "550e8400-e29b-41d4-a716-446655440000"])
     assert stable_hash(ids).tolist() == stable_hash(pa.chunked_array([ids[:2], ids[2:]])).tolist()
+    assert stable_hash(ids.slice(1, 2)).tolist() == stable_hash(pa.array(["ev-1", "ev-2"])).tolist()
     many = pa.array([f"ev-7-{i}" for i in range(80_000)])
     counts = np.bincount(shard_of(many, 8), minlength=8)
-    assert counts.min() > 0.9 * counts.mean()
+    assert counts.min() > 0.96 * counts.mean()
 
 
 def test_hash_known_values_do_not_drift():
@@ -58,36 +84,60 @@ def test_hash_known_values_do_not_drift():
     assert len(set(stable_hash(pa.array([f"id{i}" for i in range(1000)])).tolist())) == 1000
 
 
-def test_split_groups_by_event_date_and_shard_with_compact_tables():
+def test_split_groups_by_shard_with_compact_tables():
     t = pa.concat_tables(
         [_rows([f"e{i}" for i in range(50)], day=1), _rows([f"f{i}" for i in range(50)], day=2)]
     )
-    groups = list(split_by_date_and_shard(t, 4))
+    groups = list(split_by_shard(t, 4))
     assert sum(g.num_rows for _, g in groups) == 100
-    assert {k[0] for k, _ in groups} == {"2026-03-01", "2026-03-02"}
-    for (day, shard), g in groups:
+    for shard, g in groups:
         assert set(shard_of(g["event_id"], 4).tolist()) == {shard}
-        assert g["event_time"][0].as_py().date().isoformat() == day
+        assert g["event_id"].chunk(0).offset == 0  # its own buffers, not a slice of the input
 
 
 def test_identical_resend_is_a_duplicate_and_different_payload_a_conflict():
     first = _rows(["a", "b", "c"])
     again = _rows(["a", "b", "c"], tokens=[10, 99, 10], landing=dt.date(2026, 3, 2), source="b.jsonl")
-    result = dedup_shard([first, again], None)
-    assert sorted(result.keep["event_id"].to_pylist()) == ["a", "b", "c"]
-    assert result.keep.filter(pa.compute.equal(result.keep["event_id"], "b"))["input_tokens"].to_pylist() == [
-        10
-    ]
+    result = dedup_shard([again, first], MemoryShard())  # arrival order of parts does not matter
+    kept = result.writes[dt.date(2026, 3, 1)]
+    assert sorted(kept["event_id"].to_pylist()) == ["a", "b", "c"]
+    assert kept.filter(pc.equal(kept["event_id"], "b"))["input_tokens"].to_pylist() == [10]
     assert result.duplicates.num_rows == 2
     assert result.conflicts["event_id"].to_pylist() == ["b"]
-    assert result.conflicts["reason"].to_pylist() == ["conflicting_duplicate"]
-    assert result.new_clean.num_rows == 3 and result.changed
+    assert result.conflicts["source_file"].to_pylist() == ["b.jsonl"]
+    assert "a.jsonl" in result.conflicts["detail"][0].as_py()
+    assert result.new_clean.num_rows == 3
 
 
 def test_rows_already_in_the_lake_win_and_a_replay_changes_nothing():
-    existing = dedup_shard([_rows(["a", "b"])], None).keep
-    replay = dedup_shard([_rows(["a", "b"])], existing)
-    assert not replay.changed and replay.new_clean.num_rows == 0 and replay.duplicates.num_rows == 2
-    more = dedup_shard([_rows(["b", "c"], landing=dt.date(2026, 3, 3))], existing)
-    assert more.changed and more.new_clean["event_id"].to_pylist() == ["c"]
-    assert sorted(more.keep["event_id"].to_pylist()) == ["a", "b", "c"]
+    lake = MemoryShard()
+    lake.commit(dedup_shard([_rows(["a", "b"])], lake))
+    replay = dedup_shard([_rows(["a", "b"])], lake)
+    assert replay.writes == {} and replay.new_clean.num_rows == 0 and replay.duplicates.num_rows == 2
+    more = dedup_shard([_rows(["b", "c"], landing=dt.date(2026, 3, 3))], lake)
+    assert more.new_clean["event_id"].to_pylist() == ["c"]
+    assert sorted(more.writes[dt.date(2026, 3, 1)]["event_id"].to_pylist()) == ["a", "b", "c"]
+
+
+def test_a_conflicting_copy_with_another_event_date_is_caught():
+    lake = MemoryShard()
+    lake.commit(dedup_shard([_rows(["a"], day=1)], lake))
+    moved = dedup_shard([_rows(["a"], day=3, landing=dt.date(2026, 3, 4), source="late.jsonl")], lake)
+    assert moved.writes == {}
+    assert moved.conflicts["event_id"].to_pylist() == ["a"]
+
+
+def test_hash_collisions_between_different_ids_are_not_duplicates(monkeypatch):
+    # Force every id to the same hash: dedup must still compare the ids themselves.
+    monkeypatch.setattr(dedup, "stable_hash", lambda values: np.zeros(len(values), np.uint64))
+    rows = _rows(["b", "a", "b", "c", "a"])
+    rows = rows.set_column(rows.schema.get_field_index(HASH), HASH, pa.array(np.zeros(5, np.uint64)))
+    lake = MemoryShard()
+    result = dedup_shard([rows], lake)
+    assert sorted(result.new_clean["event_id"].to_pylist()) == ["a", "b", "c"]
+    assert result.duplicates.num_rows == 2 and result.conflicts.num_rows == 0
+    lake.commit(result)
+    extra = _rows(["d", "a"], landing=dt.date(2026, 3, 2))
+    extra = extra.set_column(extra.schema.get_field_index(HASH), HASH, pa.array(np.zeros(2, np.uint64)))
+    again = dedup_shard([extra], lake)
+    assert again.new_clean["event_id"].to_pylist() == ["d"] and again.duplicates.num_rows == 1
