@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
 from pipelines.usage import LAKE_COLUMNS, USAGE_SCHEMA, combine_usage, partial_usage
-from pipelines.warehouse import check_connection, make_engine, replace_rows
+from pipelines.warehouse import make_engine, replace_rows, require_schema
 from schemas.warehouse import UsageDaily
 
 COMPACT_EVERY = 32
@@ -105,7 +105,7 @@ def run(argv: list[str] | None = None) -> dict[dt.date, int]:
     opts = options.view_as(AggregateOptions)
     dates = date_range(opts)
     engine = make_engine(opts.database_url)
-    check_connection(engine)
+    require_schema(engine)
     lake.recover(opts.lake, lake.EVENTS)
     run_id = opts.run_id or f"aggregate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     stage = lake.staging(opts.lake, run_id)
@@ -114,7 +114,7 @@ def run(argv: list[str] | None = None) -> dict[dt.date, int]:
         with make_pipeline(options) as p:
             _ = (
                 p
-                | "ReadUnits" >> beam.Create(units, reshuffle=False)
+                | "ReadUnits" >> beam.Create(units)
                 | "DailyUsage" >> DailyUsage()
                 | "StageUsage" >> beam.ParDo(StageTable(stage, "usage_daily"))
             )

@@ -88,11 +88,11 @@ def db_upgrade(ctx: typer.Context) -> None:
 def accounts_load(ctx: typer.Context, file: Path) -> None:
     """Load an accounts CSV (account_id,plan,timezone,active_from,active_until)."""
     from pipelines.accounts import load_accounts
-    from pipelines.warehouse import check_connection, make_engine
+    from pipelines.warehouse import make_engine, require_schema
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
-    check_connection(engine)
+    require_schema(engine)
     n = load_accounts(engine, file, s.catalog)
     out.print(f"loaded {n} account rows from {file}")
 

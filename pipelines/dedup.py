@@ -83,19 +83,25 @@ def with_hash(table: pa.Table) -> pa.Table:
     return table.append_column(HASH, pa.array(stable_hash(table["event_id"]), pa.uint64()))
 
 
-def split_by_shard(table: pa.Table, shards: int) -> Iterator[tuple[int, pa.Table]]:
-    """Yield (shard, rows) groups of a table with a HASH column: one sort, no per-row Python."""
+def shard_segments(table: pa.Table, shards: int) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+    """Sort a table with a HASH column by shard (one take): (sorted table, [(shard, offset, length)])."""
     if table.num_rows == 0:
-        return
-    shard = (table[HASH].to_numpy() % np.uint64(shards)).astype(np.int64)
-    order = np.argsort(shard, kind="stable")
+        return table, []
+    shard = (table[HASH].to_numpy() % np.uint64(shards)).astype(np.uint16)  # shards <= 4096
+    order = np.argsort(shard, kind="stable")  # a radix sort for 16-bit keys
     shard = shard[order]
     bounds = np.flatnonzero(np.diff(shard)) + 1
     starts = np.concatenate(([0], bounds))
     ends = np.concatenate((bounds, [len(shard)]))
-    for s, e in zip(starts, ends, strict=True):
-        # take, not slice: a pickled slice drags its parent's whole buffers through the shuffle.
-        yield int(shard[s]), table.take(pa.array(order[s:e]))
+    segments = [(int(shard[s]), int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)]
+    return table.take(pa.array(order)), segments
+
+
+def split_by_shard(table: pa.Table, shards: int) -> Iterator[tuple[int, pa.Table]]:
+    """(shard, rows) groups with their own buffers (for callers that pass tables, not spill files)."""
+    table, segments = shard_segments(table, shards)
+    for shard, offset, length in segments:
+        yield shard, table.take(pa.array(np.arange(offset, offset + length)))
 
 
 class ExistingShard(Protocol):
@@ -113,6 +119,7 @@ class ExistingShard(Protocol):
 @dataclass
 class ShardResult:
     writes: dict[dt.date, pa.Table]  # event date -> new full content of the shard file (LAKE_SCHEMA)
+    write_hashes: dict[dt.date, np.ndarray]  # event date -> its sorted id hashes (the index sidecar)
     new_clean: pa.Table  # rows this run added (LAKE_SCHEMA)
     duplicates: pa.Table  # identical copies seen in this run (_landing_date per row)
     conflicts: pa.Table = field(default_factory=QUARANTINE_SCHEMA.empty_table)
@@ -165,9 +172,8 @@ def _runs(hashes: np.ndarray, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return order, first
 
 
-def _lake_matches(new_first: pa.Table, existing: ExistingShard) -> pa.Table:
-    """Rows already in the lake whose event_id equals one of ``new_first``'s (exact, via hash hits)."""
-    hashes = new_first[HASH].to_numpy()
+def _lake_matches(ids: pa.Array, hashes: np.ndarray, existing: ExistingShard) -> pa.Table:
+    """Rows already in the lake whose event_id is one of ``ids`` (exact, read back only on hash hits)."""
     found: list[pa.Table] = []
     for day in existing.dates():
         known = existing.hashes(day)
@@ -176,84 +182,117 @@ def _lake_matches(new_first: pa.Table, existing: ExistingShard) -> pa.Table:
         pos = np.clip(np.searchsorted(known, hashes), 0, len(known) - 1)
         hit = known[pos] == hashes
         if hit.any():
-            rows = existing.rows(day, new_first["event_id"].filter(pa.array(hit)))
+            rows = existing.rows(day, ids.filter(pa.array(hit)))
             if rows.num_rows:
-                found.append(rows.select(list(LAKE_SCHEMA.names)))
+                found.append(rows.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA))
     return pa.concat_tables(found) if found else LAKE_SCHEMA.empty_table()
 
 
+def _take(table: pa.Table, positions: np.ndarray) -> pa.Table:
+    return table.take(pa.array(positions, pa.int64()))
+
+
 def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
-    """Deduplicate one shard of a run: its new rows against themselves and against the lake."""
+    """Deduplicate one shard of a run: its new rows against themselves and against the lake.
+
+    Works on positions (numpy) and materializes rows once at the end: the new rows of each event
+    date, and the few copies that must be compared with the row they duplicate.
+    """
     new = _ordered(parts)
     n = new.num_rows
-    order, first = _runs(new[HASH].to_numpy(), new["event_id"].combine_chunks())
-    new = new.take(pa.array(order))
-    group_first = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    firsts = new.filter(pa.array(first))
+    hashes = new[HASH].to_numpy()
+    ids = new["event_id"].combine_chunks()
+    order, first = _runs(hashes, ids)  # sorted view: new row order[i] is the i-th in hash order
+    group_first = order[np.maximum.accumulate(np.where(first, np.arange(n), 0))]
 
-    # The copy each row is compared with: the lake's if the id is already stored, else the run's first.
-    lake = _lake_matches(firsts, existing)
-    in_lake = np.zeros(n, bool)
-    kept = new.take(pa.array(group_first)).select(list(LAKE_SCHEMA.names))
+    # A copy is compared with the lake's row if its id is already stored, else with the run's first.
+    first_pos = order[first]
+    lake = _lake_matches(ids.take(pa.array(first_pos)), hashes[first_pos], existing)
+    lake_index = np.full(n, -1, np.int64)  # per sorted row: row of ``lake`` with the same id, or -1
     if lake.num_rows:
-        lake_pos = pc.index_in(new["event_id"], value_set=lake["event_id"])
-        in_lake = np.asarray(pc.is_valid(lake_pos).to_numpy(zero_copy_only=False), dtype=bool)
-        if in_lake.any():
-            lake_rows = lake.take(pc.fill_null(lake_pos, 0))
-            kept = pa.Table.from_arrays(
-                [pc.if_else(pa.array(in_lake), lake_rows[c], kept[c]) for c in LAKE_SCHEMA.names],
-                schema=LAKE_SCHEMA,
-            )
+        idx = pc.index_in(ids.take(pa.array(order)), value_set=lake["event_id"])
+        lake_index = pc.fill_null(idx, -1).to_numpy().astype(np.int64)
+    in_lake = lake_index >= 0
     is_new = first & ~in_lake
-    check = ~is_new  # every other row is a copy of something kept: identical or conflicting
-    check_idx = pa.array(np.flatnonzero(check))
-    identical = np.zeros(n, bool)
-    if len(check_idx):
-        identical[check] = _identical(new.take(check_idx), kept.take(check_idx))
-    dup_mask = check & identical
-    conflict_mask = check & ~identical
-
-    new_clean = new.filter(pa.array(is_new))
-    writes: dict[dt.date, pa.Table] = {}
-    if new_clean.num_rows:
-        days = pc.cast(new_clean["event_time"], pa.date32())
-        for day in pc.unique(days).to_pylist():
-            rows = new_clean.filter(pc.equal(days, pa.scalar(day, pa.date32()))).select(
-                list(LAKE_SCHEMA.names)
+    check = ~is_new
+    check_pos = order[check]
+    identical = np.zeros(len(check_pos), bool)
+    if len(check_pos):
+        rows = _take(new, check_pos).select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
+        kept = _take(new, group_first[check]).select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
+        from_lake = in_lake[check]
+        if from_lake.any():
+            lake_rows = lake.take(pa.array(np.where(from_lake, lake_index[check], 0)))
+            mask = pa.array(from_lake)
+            kept = pa.Table.from_arrays(
+                [pc.if_else(mask, lake_rows[c], kept[c]) for c in LAKE_SCHEMA.names], schema=LAKE_SCHEMA
             )
-            current = existing.full(day)
-            rows = rows.cast(LAKE_SCHEMA)
-            writes[day] = pa.concat_tables([current.cast(LAKE_SCHEMA), rows]) if current is not None else rows
+        identical = _identical(rows, kept)
+    dup_pos = check_pos[identical]
+    conflict_pos = check_pos[~identical]
 
-    conflicts = new.filter(pa.array(conflict_mask))
-    kept_of_conflicts = kept.filter(pa.array(conflict_mask))
+    # New rows per event date, in arrival order (a sequential read of the spill, or none at all).
+    new_pos = np.sort(order[is_new])
+    writes: dict[dt.date, pa.Table] = {}
+    write_hashes: dict[dt.date, np.ndarray] = {}
+    fresh: list[pa.Table] = []
+    if len(new_pos):
+        lake_rows_of_new = new if len(new_pos) == n else _take(new, new_pos)
+        lake_rows_of_new = lake_rows_of_new.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
+        day_of = pc.cast(lake_rows_of_new["event_time"], pa.date32()).to_numpy().astype("datetime64[D]")
+        new_hashes = hashes[new_pos]
+        days = np.unique(day_of)
+        for day in days:
+            on_day = None if len(days) == 1 else np.flatnonzero(day_of == day)
+            rows = lake_rows_of_new if on_day is None else _take(lake_rows_of_new, on_day)
+            day_hashes = new_hashes if on_day is None else new_hashes[on_day]
+            fresh.append(rows)
+            current = existing.full(day.item())
+            if current is not None:
+                rows = pa.concat_tables([current.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA), rows])
+                day_hashes = np.concatenate([existing.hashes(day.item()), day_hashes])
+            writes[day.item()] = rows
+            write_hashes[day.item()] = np.sort(day_hashes)
+
+    conflicts = _take(new, conflict_pos)
+    kept_source = _take(new, group_first[check][~identical]).select(["_source_file", "_landing_date"])
+    if lake.num_rows and len(conflict_pos):
+        from_lake = in_lake[check][~identical]
+        lake_src = lake.take(pa.array(np.where(from_lake, lake_index[check][~identical], 0)))
+        kept_source = pa.table(
+            {
+                c: pc.if_else(pa.array(from_lake), lake_src[c], kept_source[c])
+                for c in ("_source_file", "_landing_date")
+            }
+        )
     conflict_q = pa.table(
         {
             "landing_date": conflicts["_landing_date"],
             "source_file": conflicts["_source_file"],
             "row_number": conflicts[ROW_NUMBER],
             "event_id": conflicts["event_id"],
-            "reason": pa.array(["conflicting_duplicate"] * conflicts.num_rows, pa.string()),
+            "reason": pa.array(["conflicting_duplicate"] * len(conflict_pos), pa.string()),
             "detail": pc.binary_join_element_wise(
                 "differs from the copy kept from ",
-                kept_of_conflicts["_source_file"],
+                kept_source["_source_file"],
                 " (landing ",
-                pc.cast(kept_of_conflicts["_landing_date"], pa.string()),
+                pc.cast(kept_source["_landing_date"], pa.string()),
                 ")",
                 "",
             ),
-            "raw": pa.nulls(conflicts.num_rows, pa.string()),
+            "raw": pa.nulls(len(conflict_pos), pa.string()),
         },
         schema=QUARANTINE_SCHEMA,
     )
     return ShardResult(
         writes=writes,
-        new_clean=new_clean.select(list(LAKE_SCHEMA.names)),
-        duplicates=new.filter(pa.array(dup_mask)).select(["_landing_date"]),
+        write_hashes=write_hashes,
+        new_clean=pa.concat_tables(fresh) if fresh else LAKE_SCHEMA.empty_table(),
+        duplicates=pa.table({"_landing_date": new["_landing_date"].take(pa.array(dup_pos, pa.int64()))}),
         conflicts=conflict_q,
     )
 
 
 def sorted_hashes(table: pa.Table) -> np.ndarray:
-    """The index sidecar of a shard file: its ids' hashes, sorted and unique."""
-    return np.unique(stable_hash(table["event_id"]))
+    """The index sidecar of a shard file: its ids' hashes, sorted."""
+    return np.sort(stable_hash(table["event_id"]))

@@ -60,6 +60,7 @@ class GeneratorConfig:
     late_rate: float = 0.003
     late_max_days: int = 4
     fmt: str = "mixed"  # mixed | parquet | jsonl
+    rows_per_file: int = 1_000_000  # producers roll files; a large day becomes several
 
     def __post_init__(self) -> None:
         if self.days < 1 or self.accounts < 1 or self.events_per_day < 1:
@@ -412,6 +413,24 @@ def to_json_lines(table: pa.Table) -> bytes:
     return lines.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]]
 
 
+def _write_parts(table: pa.Table, folder: str, stem: str, suffix: str, rows_per_file: int) -> list[str]:
+    """Write ``table`` as one file, or several of at most ``rows_per_file`` rows (``stem-NN``)."""
+    if table.num_rows == 0:
+        return []
+    parts = max(1, -(-table.num_rows // rows_per_file))
+    paths = []
+    for i in range(parts):
+        chunk = table.slice(i * rows_per_file, rows_per_file)
+        path = os.path.join(folder, f"{stem}{f'-{i:02d}' if parts > 1 else ''}{suffix}")
+        if suffix == ".parquet":
+            pq.write_table(chunk, path, row_group_size=256 * 1024, compression="zstd")
+        else:
+            with gzip.open(path, "wb", compresslevel=1) as handle:
+                handle.write(to_json_lines(chunk))
+        paths.append(path)
+    return paths
+
+
 def write_landing(gen: Generated, cfg: GeneratorConfig, landing_root: str) -> list[str]:
     """One folder per landing day: ``gateway-D.parquet`` and/or ``batch-D.jsonl.gz``; plus accounts.csv."""
     rng = np.random.default_rng(cfg.seed + 1)
@@ -434,15 +453,8 @@ def write_landing(gen: Generated, cfg: GeneratorConfig, landing_root: str) -> li
         part = table.slice(b0, b1 - b0)
         mask = pa.array(to_jsonl[b0:b1])
         pq_part, js_part = part.filter(pc.invert(mask)), part.filter(mask)
-        if pq_part.num_rows:
-            path = os.path.join(folder, f"gateway-{day}.parquet")
-            pq.write_table(pq_part, path, row_group_size=256 * 1024, compression="zstd")
-            written.append(path)
-        if js_part.num_rows:
-            path = os.path.join(folder, f"batch-{day}.jsonl.gz")
-            with gzip.open(path, "wb", compresslevel=1) as handle:
-                handle.write(to_json_lines(js_part))
-            written.append(path)
+        written += _write_parts(pq_part, folder, f"gateway-{day}", ".parquet", cfg.rows_per_file)
+        written += _write_parts(js_part, folder, f"batch-{day}", ".jsonl.gz", cfg.rows_per_file)
     os.makedirs(landing_root, exist_ok=True)
     with open(os.path.join(landing_root, "accounts.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(

@@ -12,6 +12,7 @@ folder (portable to runners that drop ``finish_bundle`` output); the driver then
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import os
 import uuid
@@ -25,11 +26,11 @@ from sqlalchemy import delete, insert
 
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
-from pipelines.dedup import ShardResult, dedup_shard, sorted_hashes, split_by_shard, with_hash
+from pipelines.dedup import ShardResult, dedup_shard, shard_segments, sorted_hashes, with_hash
 from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.readers import file_kind, parquet_units, read_json_file, read_parquet_unit, whole_file
 from pipelines.validate import Rules, validate
-from pipelines.warehouse import check_connection, make_engine
+from pipelines.warehouse import make_engine, require_schema
 from schemas.catalog import load_catalog
 from schemas.events import QUARANTINE_SCHEMA
 from schemas.warehouse import IngestRun
@@ -103,12 +104,24 @@ class ReadUnit:
     first: bool = True  # counts the file once
 
 
-class ReadAndValidate(beam.DoFn):
-    """One read unit -> clean rows keyed by dedup shard, quarantine rows, counts."""
+@dataclass(frozen=True)
+class SpillRef:
+    """Rows of one shard inside a spill file: what travels through the shuffle instead of the rows."""
 
-    def __init__(self, rules: Rules, shards: int) -> None:
+    path: str
+    offset: int
+    length: int
+
+
+class ReadAndValidate(beam.DoFn):
+    """One read unit -> clean rows spilled to the run's staging folder and refs to them keyed by shard,
+    quarantine rows, counts. Spilling keeps the shuffle to small references (Arrow IPC, memory-mapped).
+    """
+
+    def __init__(self, rules: Rules, shards: int, stage_root: str) -> None:
         self.rules = rules
         self.shards = shards
+        self.spill_root = lake.join(stage_root, "_spill")
 
     def process(self, unit: ReadUnit):  # type: ignore[no-untyped-def]
         landing = dt.date.fromisoformat(unit.landing_date)
@@ -122,13 +135,19 @@ class ReadAndValidate(beam.DoFn):
             chunks = [
                 whole_file(landing, name, "unsupported_format", "expected .parquet, .jsonl[.gz] or .json")
             ]
+        unit_key = hashlib.sha1(f"{unit.path}#{unit.row_group}".encode()).hexdigest()[:20]
         stats = _stats(files=1 if unit.first else 0)
-        for chunk in chunks:
+        for i, chunk in enumerate(chunks):
             clean, quarantine = validate(chunk, landing, name, self.rules)
             stats = _merge(stats, _stats(rows_read=chunk.rows_read, quarantined=_reason_counts(quarantine)))
             if quarantine.num_rows:
                 yield beam.pvalue.TaggedOutput("quarantine", (unit.landing_date, quarantine))
-            yield from split_by_shard(with_hash(clean), self.shards)
+            table, segments = shard_segments(with_hash(clean), self.shards)
+            if segments:
+                path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
+                lake.write_ipc(path, table)
+                for shard, offset, length in segments:
+                    yield shard, SpillRef(path, offset, length)
         yield beam.pvalue.TaggedOutput("stats", (unit.landing_date, stats))
 
 
@@ -179,12 +198,18 @@ class DedupAndStage(beam.DoFn):
         self.window = window
 
     def process(self, element):  # type: ignore[no-untyped-def]
-        shard, parts = element
-        result = dedup_shard(list(parts), LakeShard(self.lake_root, shard, self.window))
+        shard, refs = element
+        spills: dict[str, pa.Table] = {}
+        parts = []
+        for ref in refs:
+            if ref.path not in spills:
+                spills[ref.path] = lake.read_ipc(ref.path)
+            parts.append(spills[ref.path].slice(ref.offset, ref.length))
+        result = dedup_shard(parts, LakeShard(self.lake_root, shard, self.window))
         for day, table in result.writes.items():
             folder = lake.partition(self.stage_root, lake.EVENTS, day)
             lake.write_parquet(lake.join(folder, shard_file(shard)), table)
-            lake.write_npy(lake.join(folder, index_file(shard)), sorted_hashes(table))
+            lake.write_npy(lake.join(folder, index_file(shard)), result.write_hashes[day])
         for landing, stats in _per_landing(result):
             yield beam.pvalue.TaggedOutput("stats", (landing, stats))
         if result.conflicts.num_rows:
@@ -257,9 +282,9 @@ class IngestEvents(beam.PTransform):
         self.window = window
 
     def expand(self, units):  # type: ignore[no-untyped-def]
-        read = units | "ReadAndValidate" >> beam.ParDo(ReadAndValidate(self.rules, self.shards)).with_outputs(
-            "quarantine", "stats", main="clean"
-        )
+        read = units | "ReadAndValidate" >> beam.ParDo(
+            ReadAndValidate(self.rules, self.shards, self.stage_root)
+        ).with_outputs("quarantine", "stats", main="clean")
         dedup = (
             read.clean
             | "GroupByShard" >> beam.GroupByKey()
@@ -327,7 +352,7 @@ def run(argv: list[str] | None = None) -> IngestResult:
     dates = date_range(opts)
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
-    check_connection(engine)
+    require_schema(engine)
     run_id = opts.run_id or f"ingest-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     started = dt.datetime.now(dt.UTC)
     for dataset in (lake.EVENTS, lake.QUARANTINE):
@@ -340,7 +365,7 @@ def run(argv: list[str] | None = None) -> IngestResult:
         with make_pipeline(options) as p:
             _ = (
                 p
-                | "ReadUnits" >> beam.Create(units, reshuffle=False)
+                | "ReadUnits" >> beam.Create(units)
                 | "IngestEvents" >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules))
             )
         result = _collect(run_id, stage, dates)

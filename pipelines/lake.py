@@ -124,6 +124,24 @@ def write_json(path: str, payload: object) -> None:
             handle.write(data)
 
 
+def write_ipc(path: str, table: pa.Table) -> None:
+    """An Arrow IPC file: the run's spill format between pipeline stages (memory-mapped on read)."""
+    if is_local(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    else:
+        with FileSystems.create(path) as handle, pa.ipc.new_file(handle, table.schema) as writer:
+            writer.write_table(table)
+
+
+def read_ipc(path: str) -> pa.Table:
+    if is_local(path):
+        return pa.ipc.open_file(pa.memory_map(path)).read_all()
+    with FileSystems.open(path) as handle:
+        return pa.ipc.open_file(pa.BufferReader(handle.read())).read_all()
+
+
 def write_npy(path: str, array: np.ndarray) -> None:
     buf = io.BytesIO()
     np.save(buf, array, allow_pickle=False)

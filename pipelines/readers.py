@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
@@ -132,7 +133,7 @@ def read_parquet_unit(path: str, row_group: int | None, landing_date) -> RawChun
         else:
             columns[f.name] = col.cast(f.type)
     raw = pa.table(columns).append_column(
-        ROW_NUMBER, pa.array(range(first_row, first_row + table.num_rows), pa.int64())
+        ROW_NUMBER, pa.array(np.arange(first_row, first_row + table.num_rows, dtype=np.int64))
     )
     return RawChunk(raw, QUARANTINE_SCHEMA.empty_table(), rows_read=table.num_rows)
 

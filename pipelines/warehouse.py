@@ -65,6 +65,24 @@ def check_connection(engine: Engine) -> None:
         raise UsageBillingError(f"cannot reach database {redact(str(engine.url))}: {reason}") from None
 
 
+def require_schema(engine: Engine) -> None:
+    """Fail fast, before any pipeline work, when the warehouse is not migrated to the latest revision."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    import migrations
+
+    check_connection(engine)
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    head = ScriptDirectory(migrations.SCRIPT_LOCATION).get_current_head()
+    if current != head:
+        state = "not initialised" if current is None else f"at revision {current}, not {head}"
+        raise UsageBillingError(
+            f"the warehouse at {redact(str(engine.url))} is {state}: run `usage-billing db upgrade`"
+        )
+
+
 def upgrade(engine: Engine) -> None:
     import migrations
 

@@ -98,6 +98,7 @@ def test_bad_database_url(capsys):
 
 
 def test_bad_accounts_file(capsys, tmp_path):
+    _run(capsys, "--database-url", f"sqlite:///{tmp_path / 'w.db'}", "db", "upgrade")
     csv = tmp_path / "accounts.csv"
     csv.write_text("account_id,plan,timezone,active_from,active_until\na,gold,UTC,2026-02-01,\n")
     code, _, err = _run(
@@ -170,3 +171,20 @@ def test_unknown_beam_runner(capsys, sqlite_settings):
         "--runner=NoSuchRunner",
     )
     _one_line_error(code, err, "Unexpected pipeline runner: NoSuchRunner")
+
+
+def test_a_warehouse_without_migrations_is_named_before_any_work(capsys, tmp_path):
+    code, _, err = _run(
+        capsys,
+        "--database-url",
+        f"sqlite:///{tmp_path / 'empty.db'}",
+        "--lake",
+        str(tmp_path),
+        "--landing",
+        str(tmp_path),
+        "events",
+        "ingest",
+        "--date",
+        "2026-03-02",
+    )
+    _one_line_error(code, err, "is not initialised: run `usage-billing db upgrade`")
