@@ -46,6 +46,34 @@ def peak_rss_mb_of(argv: list[str]) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, proc.stdout
 
 
+def run_measured(
+    argv: list[str], env: dict | None = None, cwd: str | None = None
+) -> tuple[float, float, str]:
+    """Run a command; (wall seconds, peak RSS summed over its process tree in MB, stdout).
+
+    Sums the tree because Beam's multi-process mode and DuckDB's threads live in several places;
+    sampled every 50 ms with psutil.
+    """
+    import psutil
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    parent = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            procs = [parent, *parent.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:4]}... failed ({proc.returncode}): {err[-2000:]}")
+    return wall, peak / 2**20, out
+
+
 def write_section(title: str, body: str) -> None:
     """Replace (or append) the section ``## title`` of RESULTS.md."""
     intro = "# Benchmark results\n\nEach section: the command, the machine, then the numbers of one run.\n"

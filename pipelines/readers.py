@@ -162,22 +162,25 @@ def _schema_problem(schema: pa.Schema) -> str | None:
 
 
 def _line_chunks(path: str) -> Iterator[tuple[bytes, int]]:
-    """Decompressed content in chunks of whole lines: (bytes, line number of the first line - 1)."""
+    """Decompressed content in chunks of whole lines: (bytes, line number of the first line - 1).
+
+    Decompression runs in Arrow's C++ stream (outside the GIL); a damaged stream raises OSError.
+    """
     gz = path.lower().endswith(".gz")
-    with _open(path) as raw_handle:
-        handle = gzip.GzipFile(fileobj=raw_handle) if gz else raw_handle
+    raw_handle = pa.OSFile(path) if lake.is_local(path) else pa.PythonFile(FileSystems.open(path), mode="r")
+    with raw_handle, (pa.CompressedInputStream(raw_handle, "gzip") if gz else raw_handle) as handle:
         carry = b""
         lines_before = 0
         while True:
             block = handle.read(CHUNK_BYTES)
             if not block:
                 break
-            block = carry + block
             cut = block.rfind(b"\n")
             if cut < 0:
-                carry = block
+                carry += block
                 continue
-            chunk, carry = block[: cut + 1], block[cut + 1 :]
+            chunk = carry + block[: cut + 1] if carry else block[: cut + 1]
+            carry = block[cut + 1 :]
             yield chunk, lines_before
             lines_before += chunk.count(b"\n")
         if carry:

@@ -9,7 +9,6 @@ over every line. Every line is accounted for: it becomes a row (with its 1-based
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 
@@ -37,9 +36,17 @@ class RejectedLine:
 @dataclass
 class JsonLinesResult:
     table: pa.Table  # the schema's columns plus _row_number
-    lines: pa.LargeBinaryArray  # every line of the input, including blank ones
+    data: bytes  # the input, for the raw text of quarantined lines
     rejected: list[RejectedLine] = field(default_factory=list)
     blank_lines: int = 0
+    _lines: pa.LargeBinaryArray | None = None
+
+    @property
+    def lines(self) -> pa.LargeBinaryArray:
+        """Every line of the input (blank ones included); built only when asked for."""
+        if self._lines is None:
+            self._lines = split_lines(self.data)
+        return self._lines
 
     def raw_text(self, row_numbers: pa.Array | np.ndarray) -> pa.Array:
         """The raw text of the given 1-based lines (for quarantine rows)."""
@@ -75,15 +82,18 @@ def split_lines(data: bytes) -> pa.LargeBinaryArray:
     )
 
 
-def _joined(lines: pa.LargeBinaryArray) -> bytes:
+def _joined(lines: pa.LargeBinaryArray) -> pa.Buffer:
+    """The bytes of consecutive lines, as a zero-copy slice of the input buffer."""
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
     data = lines.buffers()[2]
-    return data.to_pybytes()[offsets[0] : offsets[-1]] if data is not None else b""
+    if data is None:
+        return pa.py_buffer(b"")
+    return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
-def _read(data: bytes, schema: pa.Schema, max_line: int) -> pa.Table:
+def _read(data: bytes | pa.Buffer, schema: pa.Schema, max_line: int) -> pa.Table:
     return pj.read_json(
-        io.BytesIO(data),
+        pa.BufferReader(data),
         read_options=pj.ReadOptions(block_size=max(1 << 20, 2 * max_line + 64)),
         parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
     )
@@ -121,12 +131,25 @@ def classify_line(raw: bytes, schema: pa.Schema) -> tuple[str, str]:
     return "wrong_type", "a value does not fit the schema"
 
 
+def _numbered(table: pa.Table, start: int) -> pa.Table:
+    numbers = pa.array(np.arange(start + 1, start + 1 + table.num_rows, dtype=np.int64))
+    return table.append_column(ROW_NUMBER, numbers)
+
+
 def read_json_lines(data: bytes, schema: pa.Schema) -> JsonLinesResult:
     """Parse newline-delimited JSON into ``schema`` (extra fields are ignored)."""
-    lines = split_lines(data)
+    result = JsonLinesResult(table=schema.empty_table(), data=data)
+    line_count = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    try:  # the common case: every line is a good row, one parse, no line index needed
+        table = _read(data, schema, 8 << 20)
+        if table.num_rows == line_count:
+            result.table = _numbered(table, 0)
+            return result
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
+        pass
+    lines = result.lines
     lengths = np.diff(np.frombuffer(lines.buffers()[1], dtype=np.int64)[: len(lines) + 1])
     max_line = int(lengths.max()) if len(lengths) else 0
-    result = JsonLinesResult(table=schema.empty_table(), lines=lines)
     tables: list[pa.Table] = []
     # Stack of [start, stop) line ranges still to parse, so output stays in line order.
     stack = [(0, len(lines))]
@@ -153,8 +176,7 @@ def read_json_lines(data: bytes, schema: pa.Schema) -> JsonLinesResult:
             stack.append((mid, stop))
             stack.append((start, mid))
             continue
-        numbers = pa.array(np.arange(start + 1, stop + 1, dtype=np.int64))
-        tables.append(table.append_column(ROW_NUMBER, numbers))
+        tables.append(_numbered(table, start))
     if tables:
         result.table = pa.concat_tables(tables)
     else:
