@@ -37,6 +37,8 @@ app.add_typer(db_app, name="db")
 app.add_typer(accounts_app, name="accounts")
 app.add_typer(events_app, name="events")
 app.add_typer(usage_app, name="usage")
+dq_app = typer.Typer(no_args_is_help=True, help="Data-quality gate on clean lake partitions.")
+app.add_typer(dq_app, name="dq")
 
 BEAM = {"allow_extra_args": True, "ignore_unknown_options": True}
 DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-DD")]
@@ -173,8 +175,16 @@ def usage_aggregate(
 
 
 @app.command("run-day", context_settings=BEAM)
-def run_day(ctx: typer.Context, date: Annotated[str, typer.Option("--date", help="landing date")]) -> None:
-    """Ingest one landing date, then aggregate it and every past date its late events changed."""
+def run_day(
+    ctx: typer.Context,
+    date: Annotated[str, typer.Option("--date", help="landing date")],
+    accept_dq: Annotated[
+        str | None,
+        typer.Option("--accept-dq", help="accept a failed data-quality gate for this date: the reason"),
+    ] = None,
+) -> None:
+    """Ingest one landing date, gate it on data quality, then aggregate it and every past date its late
+    events changed."""
     from pipelines.beam_options import parse_date
     from pipelines.jobs import ingest_and_aggregate
 
@@ -182,10 +192,59 @@ def run_day(ctx: typer.Context, date: Annotated[str, typer.Option("--date", help
     day = parse_date(date)
     with _step(f"run-day {day}") as status:
         result = ingest_and_aggregate(
-            s, [day], ctx.args, on_step=lambda n: status.update(f"run-day {day}: {n}")
+            s,
+            [day],
+            ctx.args,
+            on_step=lambda n: status.update(f"run-day {day}: {n}"),
+            accept_reason=accept_dq,
         )
     _print_ingest(result.ingest)
     out.print(f"aggregated {len(result.aggregated)} date(s): {', '.join(str(d) for d in result.aggregated)}")
+
+
+@dq_app.command("check")
+def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
+    """Run the data-quality suite on committed partitions; store and render the results."""
+    from pipelines import quality
+    from pipelines.beam_options import CommonOptions, date_range
+    from pipelines.warehouse import make_engine, require_schema
+
+    s = _settings(ctx)
+    dates = date_range(CommonOptions(_dates_argv(date, start, end)))
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    with _step("checking data quality"):
+        reports = quality.check_partitions(engine, s.lake, s.catalog, dates, "dq-check")
+    for r in reports:
+        state = (
+            "accepted"
+            if r.accepted
+            else ("FAILED: " + ", ".join(r.failed_errors) if r.failed_errors else "passed")
+        )
+        out.print(f"{r.day}: {r.rows:,} rows, {state} ({quality.html_path(s.lake, r.day)})")
+    if not reports:
+        raise UsageBillingError("no committed partition in those dates")
+    quality.require_passed(reports, s.lake)
+
+
+@dq_app.command("accept")
+def dq_accept(
+    ctx: typer.Context,
+    date: Annotated[str, typer.Option("--date", help="the date whose failed gate is accepted")],
+    reason: Annotated[str, typer.Option("--reason", help="why the data is good enough anyway")],
+) -> None:
+    """Accept a failed data-quality gate for one date (recorded with who, when and why)."""
+    from pipelines import quality
+    from pipelines.beam_options import parse_date
+    from pipelines.warehouse import make_engine, require_schema
+
+    s = _settings(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    checks = quality.accept(engine, parse_date(date), reason)
+    out.print(
+        f"accepted {', '.join(checks)} for {date}; rerun `usage-billing run-day --date {date}` to continue"
+    )
 
 
 @app.command("demo", context_settings=BEAM)

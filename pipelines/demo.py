@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 from sqlalchemy import Engine, func, select
 
-from pipelines import aggregate, ingest, lake
+from pipelines import aggregate, ingest, lake, quality
 from pipelines.accounts import load_accounts
 from pipelines.errors import UsageBillingError
 from pipelines.generate import GeneratorConfig, generate, write_landing
@@ -74,7 +74,14 @@ def run_demo(
     cfg = GeneratorConfig(start=START, days=days, accounts=accounts, events_per_day=events_per_day, seed=seed)
     dates = [cfg.start + dt.timedelta(days=i) for i in range(days)]
     engine = make_engine(settings.database_url)
-    steps = ["warehouse schema", "generate events", "load accounts", "ingest", "aggregate usage"]
+    steps = [
+        "warehouse schema",
+        "generate events",
+        "load accounts",
+        "ingest",
+        "data quality",
+        "aggregate usage",
+    ]
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -105,10 +112,19 @@ def run_demo(
         result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
         progress.advance(overall)
         step(steps[4])
+        reports = quality.check_partitions(engine, settings.lake, catalog, dates, result.run_id)
+        progress.advance(overall)
+        step(steps[5])
         aggregate.run([*settings.argv(), *date_args(dates), *beam_args])
         progress.advance(overall)
         step("done")
     _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
+    failed = [r for r in reports if r.failed_errors]
+    out.print(
+        f"data quality: {len(reports)} partitions checked, {len(failed)} failed"
+        + (f" ({', '.join(str(r.day) for r in failed[:5])})" if failed else "")
+        + f"; reports under {lake.join(settings.lake, 'dq')}"
+    )
     engine.dispose()
 
 

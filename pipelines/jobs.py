@@ -39,14 +39,38 @@ def contiguous(dates: list[dt.date]) -> list[list[dt.date]]:
 
 
 def ingest_and_aggregate(
-    settings: Settings, dates: list[dt.date], beam_args: list[str] | None = None, on_step: Step | None = None
+    settings: Settings,
+    dates: list[dt.date],
+    beam_args: list[str] | None = None,
+    on_step: Step | None = None,
+    accept_reason: str | None = None,
 ) -> DayResult:
-    """Ingest the landing dates, then aggregate them and every past date that late events changed."""
+    """Ingest the landing dates, gate the changed partitions on data quality, then aggregate them and
+    every past date that late events changed. A date whose gate failed is not aggregated; after the
+    others are done, the run fails with one message naming it (unless ``accept_reason`` accepts it).
+    """
+    from pipelines import quality
+    from pipelines.warehouse import make_engine
+
+    step = on_step or (lambda _: None)
     beam_args = list(beam_args or [])
-    (on_step or (lambda _: None))("ingest")
+    step("ingest")
     result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
     todo = sorted(set(dates) | set(result.changed_dates))
-    (on_step or (lambda _: None))("aggregate")
-    for run_dates in contiguous(todo):
+    step("data quality")
+    engine = make_engine(settings.database_url)
+    reports = quality.check_partitions(engine, settings.lake, settings.catalog, todo, result.run_id)
+    if accept_reason:
+        for report in reports:
+            if report.blocked and report.day in dates:
+                quality.accept(engine, report.day, accept_reason)
+                report.accepted = True
+                quality.write_html(settings.lake, report)
+    engine.dispose()
+    blocked = {r.day for r in reports if r.blocked}
+    runnable = [d for d in todo if d not in blocked]
+    step("aggregate")
+    for run_dates in contiguous(runnable):
         aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
-    return DayResult(result, todo)
+    quality.require_passed(reports, settings.lake)
+    return DayResult(result, runnable)

@@ -168,7 +168,7 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int]]:
     """
     gz = path.lower().endswith(".gz")
     raw_handle = pa.OSFile(path) if lake.is_local(path) else pa.PythonFile(FileSystems.open(path), mode="r")
-    with raw_handle, (pa.CompressedInputStream(raw_handle, "gzip") if gz else raw_handle) as handle:
+    with raw_handle, pa.CompressedInputStream(raw_handle, "gzip") if gz else raw_handle as handle:
         carry = b""
         lines_before = 0
         while True:

@@ -82,3 +82,30 @@ class UsageDaily(Base):
     input_tokens: Mapped[int] = mapped_column(comment="all input tokens, cached included")
     cached_input_tokens: Mapped[int]
     output_tokens: Mapped[int]
+
+
+class DqResult(Base):
+    """The latest data-quality result of each check on each clean partition (UTC event date)."""
+
+    __tablename__ = "dq_results"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    check_name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    level: Mapped[str] = mapped_column(String(8), comment="error (stops downstream) | warn (reports)")
+    success: Mapped[bool]
+    observed: Mapped[str | None] = mapped_column(String(400), comment="observed value or unexpected count")
+    details: Mapped[dict] = mapped_column(comment="expectation kwargs and result summary")
+    checked_at: Mapped[dt.datetime]
+
+
+class DqAcceptance(Base):
+    """An operator's acceptance of a failed gate for one date: downstream steps may run."""
+
+    __tablename__ = "dq_acceptances"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    accepted_at: Mapped[dt.datetime] = mapped_column(primary_key=True)
+    accepted_by: Mapped[str] = mapped_column(String(100))
+    reason: Mapped[str] = mapped_column(String(1000))
+    failed_checks: Mapped[dict] = mapped_column(comment="the failed error-level checks that were accepted")
