@@ -14,6 +14,7 @@ import datetime as dt
 import getpass
 import html
 import json
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -114,12 +115,14 @@ class Gate:
             observed = summary.get("observed_value", summary.get("unexpected_count"))
             if check.name == "volume_vs_same_weekday" and bounds is None:
                 observed = f"{table.num_rows} rows (no same-weekday history yet: not judged)"
-            details = {
-                "kwargs": _plain(check.kwargs),
-                "bounds": bounds,
-                "unexpected_percent": summary.get("unexpected_percent"),
-                "partial_unexpected_list": _plain(summary.get("partial_unexpected_list", [])[:5]),
-            }
+            details = _plain(
+                {
+                    "kwargs": check.kwargs,
+                    "bounds": bounds,
+                    "unexpected_percent": summary.get("unexpected_percent"),
+                    "partial_unexpected_list": summary.get("partial_unexpected_list", [])[:5],
+                }
+            )
             report.outcomes.append(
                 CheckOutcome(
                     check, bool(r.success), None if observed is None else str(observed)[:400], details
@@ -129,7 +132,16 @@ class Gate:
 
 
 def _plain(value: object) -> object:
-    return json.loads(json.dumps(value, default=str))
+    """JSON-safe: strict JSON has no NaN or infinity (PostgreSQL refuses them), so they become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return _plain(json.loads(json.dumps(value, default=str)))
 
 
 def check_partitions(

@@ -119,3 +119,10 @@ def test_error_level_checks_catch_bad_partitions(catalog, tmp_path):
     report = quality.Gate(catalog).validate(dup, DAY, (1, 10))
     assert set(report.failed_errors) == {"event_id_unique", "volume_vs_same_weekday"}
     assert report.blocked
+
+
+def test_stored_details_are_strict_json():
+    assert quality._plain({"a": [float("nan"), 1.5, float("inf")], "b": (1, "x")}) == {
+        "a": [None, 1.5, None],
+        "b": [1, "x"],
+    }
