@@ -29,7 +29,9 @@ from schemas.jsonl import ROW_NUMBER, JsonLinesResult, read_json_lines
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".parq")
 CHUNK_BYTES = 64 << 20
+UTF8_BOM = b"\xef\xbb\xbf"
 
+SPEC_OK = "_specversion_ok"  # present on CloudEvents chunks only
 CE_DATA_FIELDS = [f for f in RAW_JSON_SCHEMA if f.name not in ("event_id", "event_time")]
 CE_SCHEMA = pa.schema(
     [
@@ -147,6 +149,8 @@ def _schema_problem(schema: pa.Schema) -> str | None:
         if f.name not in schema.names:
             continue
         have = schema.field(f.name).type
+        if pa.types.is_null(have):  # a column with no value at all fits any type
+            continue
         if f.name == "event_time":
             ok = pa.types.is_timestamp(have) or pa.types.is_string(have) or pa.types.is_large_string(have)
         elif pa.types.is_integer(f.type):
@@ -171,10 +175,14 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int]]:
     with raw_handle, pa.CompressedInputStream(raw_handle, "gzip") if gz else raw_handle as handle:
         carry = b""
         lines_before = 0
+        first = True
         while True:
             block = handle.read(CHUNK_BYTES)
             if not block:
                 break
+            if first:
+                block = block.removeprefix(UTF8_BOM)  # written by some Windows tools; not data
+                first = False
             cut = block.rfind(b"\n")
             if cut < 0:
                 carry += block
@@ -242,10 +250,9 @@ def _flatten_cloudevents(table: pa.Table) -> pa.Table:
     for f in CE_DATA_FIELDS:
         cols[f.name] = pc.struct_field(data, f.name) if len(data) else pa.array([], f.type)
     out = pa.table({f.name: cols[f.name] for f in RAW_JSON_SCHEMA}, schema=RAW_JSON_SCHEMA)
+    # Validation quarantines rows whose specversion is not 1.0 (or missing) as unsupported_specversion.
     spec_ok = pc.fill_null(pc.equal(table["specversion"], "1.0"), False)
-    # A line that is not a CloudEvent (no specversion 1.0) loses its event_id so it fails validation.
-    out = out.set_column(0, "event_id", pc.if_else(spec_ok, out["event_id"], pa.nulls(len(out), pa.string())))
-    return out.append_column(ROW_NUMBER, table[ROW_NUMBER])
+    return out.append_column(ROW_NUMBER, table[ROW_NUMBER]).append_column(SPEC_OK, spec_ok)
 
 
 def _read_ce_batch(path: str, landing_date, name: str) -> RawChunk:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.readers import RawChunk
+from pipelines.readers import SPEC_OK, RawChunk
 from schemas.events import (
     EVENT_SCHEMA,
     LAKE_SCHEMA,
@@ -29,6 +29,10 @@ from schemas.jsonl import ROW_NUMBER
 
 _ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?"
 _ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
+
+
+ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code")
+MAX_ID_LENGTH = 200  # the warehouse stores ids as VARCHAR(200)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,12 @@ def validate(
     checks.append(("bad_event_time", bad_time))
     checks.append(("naive_event_time", naive_time))
     checks.append(("empty_event_id", _np_mask(pc.equal(pc.utf8_length(raw["event_id"]), 0))))
+    too_long = np.zeros(n, bool)
+    for name in ID_FIELDS:
+        too_long |= _np_mask(pc.greater(pc.utf8_length(raw[name]), MAX_ID_LENGTH))
+    checks.append(("value_too_long", too_long))
+    if SPEC_OK in raw.column_names:
+        checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
     checks.append(("unknown_model", _not_in(raw["model"], rules.models)))
     checks.append(("unknown_speed_tier", _not_in(raw["speed_tier"], SPEED_TIERS)))
     checks.append(("unknown_status", _not_in(raw["status"], STATUSES)))

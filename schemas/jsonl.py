@@ -131,6 +131,44 @@ def classify_line(raw: bytes, schema: pa.Schema) -> tuple[str, str]:
     return "wrong_type", "a value does not fit the schema"
 
 
+_PER_LINE_AFTER = 64  # bad lines found by re-decoding the rest; beyond that, decode line by line
+
+
+def invalid_utf8_lines(data: bytes) -> np.ndarray:
+    """0-based indices of the lines that are not valid UTF-8 (pyarrow's JSON parser does not check).
+
+    A clean buffer costs one decode at C speed; only a failing one is searched line by line.
+    """
+    try:
+        data.decode("utf-8")
+        return np.zeros(0, np.int64)
+    except UnicodeDecodeError as exc:
+        pos = exc.start
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.concatenate(([0], ends + 1))
+    bad: list[int] = []
+    while True:
+        line = int(np.searchsorted(ends, pos))
+        bad.append(line)
+        nxt = int(starts[line + 1]) if line + 1 < len(starts) else len(data)
+        if nxt >= len(data):
+            break
+        if len(bad) >= _PER_LINE_AFTER:
+            for i in range(line + 1, len(starts)):
+                stop = int(ends[i]) if i < len(ends) else len(data)
+                try:
+                    data[int(starts[i]) : stop].decode("utf-8")
+                except UnicodeDecodeError:
+                    bad.append(i)
+            break
+        try:
+            data[nxt:].decode("utf-8")
+            break
+        except UnicodeDecodeError as exc:
+            pos = nxt + exc.start
+    return np.array(bad, dtype=np.int64)
+
+
 def _numbered(table: pa.Table, start: int) -> pa.Table:
     numbers = pa.array(np.arange(start + 1, start + 1 + table.num_rows, dtype=np.int64))
     return table.append_column(ROW_NUMBER, numbers)
@@ -140,13 +178,15 @@ def read_json_lines(data: bytes, schema: pa.Schema) -> JsonLinesResult:
     """Parse newline-delimited JSON into ``schema`` (extra fields are ignored)."""
     result = JsonLinesResult(table=schema.empty_table(), data=data)
     line_count = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    try:  # the common case: every line is a good row, one parse, no line index needed
-        table = _read(data, schema, 8 << 20)
-        if table.num_rows == line_count:
-            result.table = _numbered(table, 0)
-            return result
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
-        pass
+    bad_utf8 = invalid_utf8_lines(data)
+    if len(bad_utf8) == 0:
+        try:  # the common case: every line is a good row, one parse, no line index needed
+            table = _read(data, schema, 8 << 20)
+            if table.num_rows == line_count:
+                result.table = _numbered(table, 0)
+                return result
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
+            pass
     lines = result.lines
     lengths = np.diff(np.frombuffer(lines.buffers()[1], dtype=np.int64)[: len(lines) + 1])
     max_line = int(lengths.max()) if len(lengths) else 0
@@ -158,7 +198,10 @@ def read_json_lines(data: bytes, schema: pa.Schema) -> JsonLinesResult:
         if start >= stop:
             continue
         chunk = lines.slice(start, stop - start)
+        has_bad_utf8 = np.searchsorted(bad_utf8, start) < np.searchsorted(bad_utf8, stop)
         try:
+            if has_bad_utf8:
+                raise pa.ArrowInvalid("a line is not UTF-8")
             table = _read(_joined(chunk), schema, max_line)
             if table.num_rows != stop - start:
                 raise pa.ArrowInvalid("row count differs from line count")

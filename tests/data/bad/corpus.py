@@ -1,0 +1,180 @@
+"""The bad-input corpus: each case is one landing file and the outcome ingest must produce.
+
+Every JSON case also carries one good row, so a test can show that valid rows beside bad ones still
+arrive. ``python -m tests.data.bad.corpus`` rewrites the small example files in this folder; the
+10 MB single line is only generated into temporary folders (``write(folder, big=True)``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DAY = "2026-03-02"
+HERE = Path(__file__).resolve().parent
+
+
+def event(eid: str, **over: object) -> dict:
+    base = {"event_id": eid, "event_time": f"{DAY}T10:00:00Z", "account_id": "acct-bad-corpus",
+            "user_id": "u-1", "model": "gpt-5.6-sol", "speed_tier": "standard", "input_tokens": 1200,
+            "cached_input_tokens": 200, "output_tokens": 300, "duration_ms": 4000, "status": "ok",
+            "error_code": None}
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not _DROP}
+
+
+_DROP = object()
+
+
+def line(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode()
+
+
+def ce(eid: object, data: dict, spec: object = "1.0") -> dict:
+    out = {"specversion": spec, "type": "com.example.usage", "source": "/gateway", "time": f"{DAY}T10:00:00Z",
+           "datacontenttype": "application/json", "data": data}
+    if eid is not None:
+        out["id"] = eid
+    return {k: v for k, v in out.items() if v is not _DROP}
+
+
+def _data(eid: str) -> dict:
+    return {k: v for k, v in event(eid).items() if k not in ("event_id", "event_time")}
+
+
+def _parquet(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # the file name in the landing folder
+    kind: str  # what is wrong, in words
+    content: bytes
+    quarantined: dict[str, int] = field(default_factory=dict)  # reason -> rows
+    clean: int = 0
+    duplicates: int = 0
+    big: bool = False  # generated only into temporary folders
+
+
+def _jsonl(name: str, kind: str, bad: list[bytes], reasons: dict[str, int], **kw) -> Case:  # type: ignore[no-untyped-def]
+    tag = name.split(".")[0]
+    good = line(event(f"{tag}-good"))
+    return Case(name, kind, b"\n".join([good, *bad]) + b"\n", reasons, clean=kw.pop("clean", 1), **kw)
+
+
+def cases() -> list[Case]:
+    good_table = pa.Table.from_pylist([event("parquet-good-1"), event("parquet-good-2")])
+    gz_good = gzip.compress(b"\n".join(line(event(f"trunc-{i}")) for i in range(2000)), mtime=0)
+    return [
+        _jsonl("malformed_json.jsonl", "a line that is not JSON", [b'{"event_id": "m1", "account_id": '],
+               {"malformed_json": 1}),
+        _jsonl("tokens_as_text.jsonl", "a token count sent as a string", [line(event("w1", input_tokens="12"))],
+               {"wrong_type": 1}),
+        _jsonl("tokens_as_float.jsonl", "a fractional token count", [line(event("w2", output_tokens=1.5))],
+               {"wrong_type": 1}),
+        _jsonl("tokens_as_object.jsonl", "an object where a number belongs",
+               [line(event("w3", input_tokens={"n": 1}))], {"wrong_type": 1}),
+        _jsonl("status_as_bool.jsonl", "a boolean where a string belongs", [line(event("w4", status=True))],
+               {"wrong_type": 1}),
+        _jsonl("missing_event_id.jsonl", "no event_id", [line(event("x", event_id=_DROP))], {"missing_event_id": 1}),
+        _jsonl("empty_event_id.jsonl", "an empty event_id", [line(event(""))], {"empty_event_id": 1}),
+        _jsonl("missing_account.jsonl", "no account_id", [line(event("ma", account_id=_DROP))],
+               {"missing_account_id": 1}),
+        _jsonl("missing_time.jsonl", "no event_time", [line(event("mt", event_time=_DROP))],
+               {"missing_event_time": 1}),
+        _jsonl("missing_output_tokens.jsonl", "no output_tokens", [line(event("mo", output_tokens=_DROP))],
+               {"missing_output_tokens": 1}),
+        _jsonl("negative_tokens.jsonl", "negative tokens", [line(event("nt", output_tokens=-5))],
+               {"negative_tokens": 1}),
+        _jsonl("absurd_tokens.jsonl", "a trillion tokens in one request",
+               [line(event("at", input_tokens=10**12, cached_input_tokens=0))], {"tokens_out_of_range": 1}),
+        _jsonl("cached_exceeds_input.jsonl", "more cached than input tokens",
+               [line(event("ce", input_tokens=10, cached_input_tokens=11))], {"cached_exceeds_input": 1}),
+        _jsonl("unknown_model.jsonl", "a model not in the catalog", [line(event("um", model="gpt-4o"))],
+               {"unknown_model": 1}),
+        _jsonl("unknown_tier.jsonl", "a speed tier that does not exist", [line(event("ut", speed_tier="warp"))],
+               {"unknown_speed_tier": 1}),
+        _jsonl("unknown_status.jsonl", "a status that does not exist", [line(event("us", status="maybe"))],
+               {"unknown_status": 1}),
+        _jsonl("naive_timestamp.jsonl", "a timestamp without timezone",
+               [line(event("nz", event_time=f"{DAY}T10:00:00"))], {"naive_event_time": 1}),
+        _jsonl("impossible_date.jsonl", "February 30th", [line(event("fd", event_time="2026-02-30T10:00:00Z"))],
+               {"bad_event_time": 1}),
+        _jsonl("unparseable_time.jsonl", "a timestamp in words", [line(event("ut2", event_time="yesterday noon"))],
+               {"bad_event_time": 1}),
+        _jsonl("far_future.jsonl", "an event from next year", [line(event("ff", event_time="2027-03-02T10:00:00Z"))],
+               {"future_event": 1}),
+        _jsonl("ancient.jsonl", "an event older than the lateness window",
+               [line(event("an", event_time="2025-01-01T10:00:00Z"))], {"too_late": 1}),
+        _jsonl("negative_duration.jsonl", "a negative duration", [line(event("nd", duration_ms=-1))],
+               {"negative_duration": 1}),
+        _jsonl("long_account_id.jsonl", "a 10 kB account id", [line(event("la", account_id="a" * 10_000))],
+               {"value_too_long": 1}),
+        _jsonl("not_an_object.jsonl", "a JSON array on a line", [b"[1, 2, 3]"], {"not_an_object": 1}),
+        _jsonl("non_utf8.jsonl", "bytes that are not UTF-8", [b'{"event_id": "\xff\xfe", "x": 1}'],
+               {"invalid_utf8": 1}),
+        _jsonl("nul_byte.jsonl", "a NUL byte inside a line", [b'{"event_id": "n\x00ul"}'], {"malformed_json": 1}),
+        _jsonl("several_reasons.jsonl", "one row, three problems",
+               [line(event("sr", model="nope", speed_tier="warp", output_tokens=-1))],
+               {"unknown_model,unknown_speed_tier,negative_tokens": 1}),
+        _jsonl("resend.jsonl", "an identical resend of an event", [line(event("resend-good"))], {}, duplicates=1),
+        _jsonl("conflicting_ids.jsonl", "the same event_id with another payload",
+               [line(event("conflicting_ids-good", input_tokens=99_999))], {"conflicting_duplicate": 1}),
+        _jsonl("hostile_but_valid.jsonl", "quotes, semicolons and unicode are data, not SQL",
+               [line(event("h1", account_id="acct'; DROP TABLE usage_daily; --")),
+                line(event("h2", account_id="акаунт-😀", user_id='"quoted"'))], {}, clean=3),
+        Case("utf8_bom.jsonl", "a UTF-8 byte order mark before the first line (accepted)",
+             "\ufeff".encode() + line(event("bom-1")) + b"\n" + line(event("bom-2")) + b"\n", {}, clean=2),
+        Case("empty.jsonl", "an empty file", b""),
+        Case("blank_lines.jsonl", "only blank lines", b"\n\n   \n\r\n"),
+        Case("truncated.jsonl.gz", "a gzip file cut short", gz_good[: len(gz_good) // 2], {"unreadable_file": 1}),
+        Case("garbage.jsonl.gz", "binary garbage named .gz", bytes(range(256)) * 8, {"unreadable_file": 1}),
+        Case("corrupt.parquet", "a Parquet file with a broken footer", _parquet(good_table)[:-40],
+             {"unreadable_file": 1}),
+        Case("wrong_schema.parquet", "a Parquet file whose tokens are text",
+             _parquet(good_table.set_column(6, "input_tokens", pa.array(["1", "2"]))), {"wrong_schema": 1}),
+        Case("good.parquet", "a valid Parquet file beside the bad ones", _parquet(good_table), {}, clean=2),
+        Case("notes.csv", "a file type ingest does not read", b"event_id,account_id\n1,2\n",
+             {"unsupported_format": 1}),
+        Case("cloudevents_missing_id.jsonl", "a CloudEvent without id",
+             line(ce("ce-good", _data("x"))) + b"\n" + line(ce(None, _data("y"))) + b"\n",
+             {"missing_event_id": 1}, clean=1),
+        Case("cloudevents_bad_spec.jsonl", "a CloudEvent of specversion 0.3",
+             line(ce("ce-spec-good", _data("x"))) + b"\n" + line(ce("ce-spec-bad", _data("y"), spec="0.3")) + b"\n",
+             {"unsupported_specversion": 1}, clean=1),
+        Case("cloudevents_batch.json", "a CloudEvents batch with an event missing its data",
+             json.dumps([ce("ceb-good", _data("x")), {k: v for k, v in ce("ceb-bad", _data("y")).items()
+                                                      if k != "data"}]).encode(),
+             {"missing_account_id,missing_model,missing_speed_tier,missing_input_tokens,"
+              "missing_cached_input_tokens,missing_output_tokens,missing_status": 1}, clean=1),
+        Case("ten_mb_line.jsonl", "a single 10 MB line",
+             line(event("big-good")) + b"\n" + line(event("big", user_id="u" * 10_000_000)) + b"\n",
+             {"value_too_long": 1}, clean=1, big=True),
+    ]
+
+
+def write(folder: Path, big: bool = False) -> list[Case]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for case in cases():
+        if case.big and not big:
+            continue
+        (folder / case.name).write_bytes(case.content)
+        written.append(case)
+    return written
+
+
+if __name__ == "__main__":
+    for old in HERE.iterdir():
+        if old.suffix in (".jsonl", ".json", ".gz", ".parquet", ".csv"):
+            old.unlink()
+    print(f"wrote {len(write(HERE))} example files to {HERE}")
