@@ -70,3 +70,20 @@ def make_pipeline(options: PipelineOptions):  # type: ignore[no-untyped-def]
         if "runner" in str(exc).lower():
             raise UsageBillingError(str(exc).split(". Valid values")[0]) from None
         raise
+
+
+# -- several outputs without tagged outputs ----------------------------------------------------
+# Beam's DaskRunner hands every output of a multi-output ParDo to every tag (one receiver for all),
+# so pipelines emit (kind, payload) pairs from a single output and split them with filters.
+CLEAN, QUARANTINE, STATS = "clean", "quarantine", "stats"
+
+
+def _keep(element: tuple[str, object], kind: str) -> list[object]:
+    return [element[1]] if element[0] == kind else []
+
+
+def split(pcoll, label: str, kinds: tuple[str, ...]) -> dict:  # type: ignore[no-untyped-def]
+    """{kind: PCollection of the payloads of that kind} from a PCollection of (kind, payload)."""
+    import apache_beam as beam
+
+    return {kind: pcoll | f"{label}{kind.title()}" >> beam.FlatMap(_keep, kind) for kind in kinds}

@@ -25,7 +25,16 @@ import pyarrow as pa
 from sqlalchemy import delete, insert
 
 from pipelines import lake
-from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
+from pipelines.beam_options import (
+    CLEAN,
+    QUARANTINE,
+    STATS,
+    CommonOptions,
+    date_range,
+    make_pipeline,
+    pipeline_options,
+    split,
+)
 from pipelines.dedup import ShardResult, dedup_shard, shard_segments, sorted_hashes, with_hash
 from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.readers import file_kind, parquet_units, read_json_file, read_parquet_unit, whole_file
@@ -104,13 +113,9 @@ class ReadUnit:
     first: bool = True  # counts the file once
 
 
-@dataclass(frozen=True)
-class SpillRef:
-    """Rows of one shard inside a spill file: what travels through the shuffle instead of the rows."""
-
-    path: str
-    offset: int
-    length: int
+# Rows of one shard inside a spill file, (path, offset, length): what travels through the shuffle
+# instead of the rows. A plain tuple, so every runner's coder carries it unchanged.
+SpillRef = tuple[str, int, int]
 
 
 class ReadAndValidate(beam.DoFn):
@@ -141,14 +146,14 @@ class ReadAndValidate(beam.DoFn):
             clean, quarantine = validate(chunk, landing, name, self.rules)
             stats = _merge(stats, _stats(rows_read=chunk.rows_read, quarantined=_reason_counts(quarantine)))
             if quarantine.num_rows:
-                yield beam.pvalue.TaggedOutput("quarantine", (unit.landing_date, quarantine))
+                yield QUARANTINE, (unit.landing_date, quarantine)
             table, segments = shard_segments(with_hash(clean), self.shards)
             if segments:
                 path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
                 lake.write_ipc(path, table)
                 for shard, offset, length in segments:
-                    yield shard, SpillRef(path, offset, length)
-        yield beam.pvalue.TaggedOutput("stats", (unit.landing_date, stats))
+                    yield CLEAN, (shard, (path, offset, length))
+        yield STATS, (unit.landing_date, stats)
 
 
 def shard_file(shard: int) -> str:
@@ -201,20 +206,20 @@ class DedupAndStage(beam.DoFn):
         shard, refs = element
         spills: dict[str, pa.Table] = {}
         parts = []
-        for ref in refs:
-            if ref.path not in spills:
-                spills[ref.path] = lake.read_ipc(ref.path)
-            parts.append(spills[ref.path].slice(ref.offset, ref.length))
+        for path, offset, length in refs:
+            if path not in spills:
+                spills[path] = lake.read_ipc(path)
+            parts.append(spills[path].slice(offset, length))
         result = dedup_shard(parts, LakeShard(self.lake_root, shard, self.window))
         for day, table in result.writes.items():
             folder = lake.partition(self.stage_root, lake.EVENTS, day)
             lake.write_parquet(lake.join(folder, shard_file(shard)), table)
             lake.write_npy(lake.join(folder, index_file(shard)), result.write_hashes[day])
         for landing, stats in _per_landing(result):
-            yield beam.pvalue.TaggedOutput("stats", (landing, stats))
+            yield STATS, (landing, stats)
         if result.conflicts.num_rows:
             for landing, rows in _by_landing(result.conflicts, "landing_date"):
-                yield beam.pvalue.TaggedOutput("quarantine", (landing, rows))
+                yield QUARANTINE, (landing, rows)
 
 
 def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
@@ -282,25 +287,27 @@ class IngestEvents(beam.PTransform):
         self.window = window
 
     def expand(self, units):  # type: ignore[no-untyped-def]
-        read = units | "ReadAndValidate" >> beam.ParDo(
-            ReadAndValidate(self.rules, self.shards, self.stage_root)
-        ).with_outputs("quarantine", "stats", main="clean")
-        dedup = (
-            read.clean
+        read = split(
+            units
+            | "ReadAndValidate" >> beam.ParDo(ReadAndValidate(self.rules, self.shards, self.stage_root)),
+            "Read",
+            (CLEAN, QUARANTINE, STATS),
+        )
+        dedup = split(
+            read[CLEAN]
             | "GroupByShard" >> beam.GroupByKey()
-            | "DedupAndStage"
-            >> beam.ParDo(DedupAndStage(self.lake_root, self.stage_root, self.window)).with_outputs(
-                "quarantine", "stats"
-            )
+            | "DedupAndStage" >> beam.ParDo(DedupAndStage(self.lake_root, self.stage_root, self.window)),
+            "Dedup",
+            (QUARANTINE, STATS),
         )
         (
-            (read.quarantine, dedup.quarantine)
+            (read[QUARANTINE], dedup[QUARANTINE])
             | "FlattenQuarantine" >> beam.Flatten()
             | "GroupQuarantine" >> beam.GroupByKey()
             | "StageQuarantine" >> beam.ParDo(StageQuarantine(self.stage_root))
         )
         return (
-            (read.stats, dedup.stats)
+            (read[STATS], dedup[STATS])
             | "FlattenStats" >> beam.Flatten()
             | "MergeStats" >> beam.CombinePerKey(MergeStats())
             | "StageStats" >> beam.ParDo(StageStats(self.stage_root))

@@ -83,14 +83,33 @@ def partition_dates(lake: str, dataset: str) -> list[dt.date]:
     return sorted(out)
 
 
+# Columns with few distinct values: dictionary-encoding the others (ids) only costs time.
+DICTIONARY_COLUMNS = (
+    "account_id",
+    "model",
+    "speed_tier",
+    "status",
+    "error_code",
+    "_source_file",
+    "_landing_date",
+    "landing_date",
+    "source_file",
+    "reason",
+)
+
+
 def write_parquet(path: str, table: pa.Table) -> None:
+    options = {
+        "compression": "zstd",
+        "use_dictionary": [c for c in DICTIONARY_COLUMNS if c in table.column_names],
+    }
     try:
         if is_local(path):
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            pq.write_table(table, path, compression="zstd")
+            pq.write_table(table, path, **options)
         else:
             with FileSystems.create(path) as handle:
-                pq.write_table(table, handle, compression="zstd")
+                pq.write_table(table, handle, **options)
     except OSError as exc:
         raise UsageBillingError(f"cannot write {path}: {exc.strerror or exc}") from None
 

@@ -191,3 +191,26 @@ def test_a_missing_landing_folder_is_a_clear_error(sqlite_settings):
 
     with pytest.raises(UsageBillingError, match="no landing folder for 2030-01-01"):
         ingest.run([*sqlite_settings.argv(), "--date", "2030-01-01"])
+
+
+def test_broken_conservation_fails_loudly_and_commits_nothing(sqlite_settings, monkeypatch):
+    from pipelines.errors import DataQualityError
+
+    real = ingest._collect
+
+    def lossy(run_id, stage, dates):  # type: ignore[no-untyped-def]
+        result = real(run_id, stage, dates)
+        result.stats[dates[0].isoformat()]["clean"] -= 1  # one row unaccounted for
+        return result
+
+    monkeypatch.setattr(ingest, "_collect", lossy)
+    day = small_dates()[0]
+    with pytest.raises(
+        DataQualityError, match=f"conservation broken for landing {day}: read .* nothing was committed"
+    ):
+        ingest.run([*sqlite_settings.argv(), "--date", day.isoformat()])
+    assert not (Path(sqlite_settings.lake) / "events").exists()
+    assert not list((Path(sqlite_settings.lake) / "_staging").glob("*"))
+    engine = make_engine(sqlite_settings.database_url)
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(IngestRun.__table__)).scalar_one() == 0
