@@ -17,15 +17,24 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.compute as pc
+from sqlalchemy import Connection, delete, distinct, func, insert, literal, select
 
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
-from pipelines.usage import LAKE_COLUMNS, USAGE_SCHEMA, combine_usage, partial_usage
+from pipelines.usage import (
+    ERROR_SCHEMA,
+    LAKE_COLUMNS,
+    SPEED_SCHEMA,
+    USAGE_SCHEMA,
+    DayPartials,
+    model_daily,
+    partial_usage,
+)
 from pipelines.warehouse import make_engine, replace_rows, require_schema
-from schemas.warehouse import UsageDaily
+from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDaily, UsageDailyError
 
 COMPACT_EVERY = 32
+ALL_TIERS = "*"
 
 
 class AggregateOptions(CommonOptions):
@@ -46,52 +55,105 @@ class ReadRowGroup(beam.DoFn):
 class PartialUsageByDay(beam.DoFn):
     def process(self, events: pa.Table):  # type: ignore[no-untyped-def]
         partial = partial_usage(events)
-        days = partial["day"].unique()
+        days = partial.usage["day"].unique()
         if len(days) == 1:
             yield days[0].as_py().isoformat(), partial
             return
         for day in days.to_pylist():
-            yield day.isoformat(), partial.filter(pc.equal(partial["day"], pa.scalar(day, pa.date32())))
+            yield day.isoformat(), partial.filter_day(day)
 
 
-class CombineUsageTables(beam.CombineFn):
-    """Accumulator: a short list of partial tables, compacted as it grows."""
+class CombineDayPartials(beam.CombineFn):
+    """Accumulator: a short list of partials of one day, compacted as it grows."""
 
-    def create_accumulator(self) -> list[pa.Table]:
+    def create_accumulator(self) -> list[DayPartials]:
         return []
 
-    def add_input(self, acc: list[pa.Table], table: pa.Table) -> list[pa.Table]:
-        acc.append(table)
-        return [combine_usage(acc)] if len(acc) >= COMPACT_EVERY else acc
+    def add_input(self, acc: list[DayPartials], value: DayPartials) -> list[DayPartials]:
+        acc.append(value)
+        return [DayPartials.combine(acc)] if len(acc) >= COMPACT_EVERY else acc
 
-    def merge_accumulators(self, accs: Iterable[list[pa.Table]]) -> list[pa.Table]:
-        return [combine_usage([t for acc in accs for t in acc])]
+    def merge_accumulators(self, accs: Iterable[list[DayPartials]]) -> list[DayPartials]:
+        return [DayPartials.combine([p for acc in accs for p in acc])]
 
-    def extract_output(self, acc: list[pa.Table]) -> pa.Table:
-        return combine_usage(acc)
+    def extract_output(self, acc: list[DayPartials]) -> DayPartials:
+        return DayPartials.combine(acc)
 
 
-class StageTable(beam.DoFn):
-    def __init__(self, stage_root: str, dataset: str) -> None:
-        self.stage_root, self.dataset = stage_root, dataset
+OUTPUTS = ("usage", "errors", "speed")
+
+
+class StageDay(beam.DoFn):
+    """Write one day's combined tables into the run's staging folder (from process: runner-portable)."""
+
+    def __init__(self, stage_root: str) -> None:
+        self.stage_root = stage_root
 
     def process(self, element):  # type: ignore[no-untyped-def]
-        day, table = element
-        path = lake.join(lake.partition(self.stage_root, self.dataset, day), "part-0000.parquet")
-        lake.write_parquet(path, table)
+        day, partials = element
+        for name in OUTPUTS:
+            path = lake.join(lake.partition(self.stage_root, name, day), "part-0000.parquet")
+            lake.write_parquet(path, getattr(partials, name))
         yield day
 
 
 class DailyUsage(beam.PTransform):
-    """(path, row group) units -> (day, usage table) pairs, one per UTC day."""
+    """(path, row group) units -> (day, DayPartials) pairs, one per UTC day."""
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         return (
             units
             | "ReadRowGroups" >> beam.ParDo(ReadRowGroup(LAKE_COLUMNS))
             | "PartialUsage" >> beam.ParDo(PartialUsageByDay())
-            | "CombineUsage" >> beam.CombinePerKey(CombineUsageTables())
+            | "CombineUsage" >> beam.CombinePerKey(CombineDayPartials())
         )
+
+
+def _read_staged(stage: str, name: str, dates: list[dt.date], schema: pa.Schema) -> pa.Table:
+    wanted = set(dates)
+    tables = [
+        lake.read_parquet(f)
+        for d in lake.partition_dates(stage, name)
+        if d in wanted
+        for f in lake.list_files(lake.partition(stage, name, d))
+    ]
+    return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+
+
+def refresh_weekly_accounts(conn: Connection, dates: list[dt.date]) -> None:
+    """Recompute distinct accounts per model and tier for each complete ISO week the dates touch.
+
+    A week is complete when usage_daily holds its Sunday (UTC days); its rows are replaced.
+    """
+    t = UsageDaily.__table__
+    latest = conn.execute(select(func.max(t.c.day))).scalar_one()
+    if latest is None:
+        return
+    weeks = sorted({d - dt.timedelta(days=d.weekday()) for d in dates})
+    weekly = ModelWeeklyAccounts.__table__
+    for monday in weeks:
+        sunday = monday + dt.timedelta(days=6)
+        if sunday > latest:
+            continue
+        in_week = t.c.day.between(monday, sunday)
+        per_tier = (
+            select(t.c.model, t.c.speed_tier, func.count(distinct(t.c.account_id)))
+            .where(in_week)
+            .group_by(t.c.model, t.c.speed_tier)
+        )
+        all_tiers = (
+            select(t.c.model, literal(ALL_TIERS), func.count(distinct(t.c.account_id)))
+            .where(in_week)
+            .group_by(t.c.model)
+        )
+        rows = [
+            {"week_start": monday, "model": m, "speed_tier": tier, "active_accounts": n}
+            for stmt in (per_tier, all_tiers)
+            for m, tier, n in conn.execute(stmt)
+        ]
+        conn.execute(delete(weekly).where(weekly.c.week_start == monday))
+        if rows:
+            conn.execute(insert(weekly), rows)
 
 
 def lake_units(lake_root: str, dates: list[dt.date]) -> list[tuple[str, int]]:
@@ -116,18 +178,19 @@ def run(argv: list[str] | None = None) -> dict[dt.date, int]:
                 p
                 | "ReadUnits" >> beam.Create(units)
                 | "DailyUsage" >> DailyUsage()
-                | "StageUsage" >> beam.ParDo(StageTable(stage, "usage_daily"))
+                | "StageDays" >> beam.ParDo(StageDay(stage))
             )
-        wanted = set(dates)
-        tables = [
-            lake.read_parquet(f)
-            for d in lake.partition_dates(stage, "usage_daily")
-            if d in wanted
-            for f in lake.list_files(lake.partition(stage, "usage_daily", d))
-        ]
-        usage = pa.concat_tables(tables) if tables else USAGE_SCHEMA.empty_table()
-        with engine.begin() as conn:
+        staged = {
+            name: _read_staged(stage, name, dates, schema)
+            for name, schema in (("usage", USAGE_SCHEMA), ("errors", ERROR_SCHEMA), ("speed", SPEED_SCHEMA))
+        }
+        usage = staged["usage"]
+        daily = model_daily(usage, staged["speed"])
+        with engine.begin() as conn:  # all of it or nothing: a rerun replaces these dates' rows
             replace_rows(conn, UsageDaily.__table__, "day", dates, usage)
+            replace_rows(conn, UsageDailyError.__table__, "day", dates, staged["errors"])
+            replace_rows(conn, ModelDaily.__table__, "day", dates, daily)
+            refresh_weekly_accounts(conn, dates)
     finally:
         lake.discard(stage)
         engine.dispose()

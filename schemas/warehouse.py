@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import JSON, BigInteger, Date, MetaData, Numeric, String
+from sqlalchemy import JSON, BigInteger, Date, Float, MetaData, Numeric, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TIMESTAMP
 
@@ -82,6 +82,55 @@ class UsageDaily(Base):
     input_tokens: Mapped[int] = mapped_column(comment="all input tokens, cached included")
     cached_input_tokens: Mapped[int]
     output_tokens: Mapped[int]
+    output_ms: Mapped[int] = mapped_column(comment="summed duration_ms of requests that reported one")
+    timed_output_tokens: Mapped[int] = mapped_column(
+        comment="output tokens of requests with a duration: "
+        "tokens/s = timed_output_tokens / (output_ms / 1000)"
+    )
+
+
+class UsageDailyError(Base):
+    """Failed requests per account, model, speed tier, UTC day and error code."""
+
+    __tablename__ = "usage_daily_errors"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    error_code: Mapped[str] = mapped_column(primary_key=True, comment="'unknown' when the event gave none")
+    errors: Mapped[int]
+
+
+class ModelDaily(Base):
+    """Per model, speed tier and UTC day: adoption, volume and speed (how tiers compare)."""
+
+    __tablename__ = "model_daily"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    active_accounts: Mapped[int]
+    requests: Mapped[int]
+    errors: Mapped[int]
+    input_tokens: Mapped[int]
+    cached_input_tokens: Mapped[int]
+    output_tokens: Mapped[int]
+    median_output_tps: Mapped[float | None] = mapped_column(
+        Float, comment="output tokens/s, from a log histogram (bins 1.6% wide)"
+    )
+    p95_output_tps: Mapped[float | None] = mapped_column(Float)
+
+
+class ModelWeeklyAccounts(Base):
+    """Distinct active accounts per model and speed tier ('*' = all tiers) for complete ISO weeks."""
+
+    __tablename__ = "model_weekly_accounts"
+
+    week_start: Mapped[dt.date] = mapped_column(primary_key=True, comment="Monday of the ISO week (UTC days)")
+    model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    active_accounts: Mapped[int]
 
 
 class DqResult(Base):

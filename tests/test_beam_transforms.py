@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.aggregate import CombineUsageTables, DailyUsage
+from pipelines.aggregate import CombineDayPartials, DailyUsage
 from pipelines.ingest import IngestEvents, MergeStats, ReadUnit
+from pipelines.usage import partial_usage
 from pipelines.validate import Rules
 from schemas.events import LAKE_SCHEMA
 
@@ -32,9 +33,9 @@ def _lake_file(path, rows):  # type: ignore[no-untyped-def]
             "input_tokens": [r[4] for r in rows],
             "cached_input_tokens": [r[5] for r in rows],
             "output_tokens": [r[6] for r in rows],
-            "duration_ms": pa.nulls(n, pa.int64()),
+            "duration_ms": pa.array([r[8] if len(r) > 8 else None for r in rows], pa.int64()),
             "status": [r[7] for r in rows],
-            "error_code": pa.nulls(n, pa.string()),
+            "error_code": pa.array(["timeout" if r[7] == "error" else None for r in rows], pa.string()),
             "_landing_date": [dt.date(2026, 3, 2)] * n,
             "_source_file": ["x"] * n,
         },
@@ -49,64 +50,79 @@ def test_daily_usage_sums_per_account_model_tier_and_day(tmp_path):
     _lake_file(
         tmp_path / "a.parquet",
         [
-            (d1, "acct-1", "m", "standard", 100, 10, 5, "ok"),
+            (d1, "acct-1", "m", "standard", 100, 10, 5, "ok", 500),
             (d1, "acct-1", "m", "standard", 50, 0, 1, "error"),
-            (d2, "acct-1", "m", "standard", 7, 7, 7, "ok"),
-            (d2, "acct-2", "m", "priority", 1, 0, 2, "ok"),
+            (d2, "acct-1", "m", "standard", 7, 7, 7, "ok", 70),
+            (d2, "acct-2", "m", "priority", 1, 0, 2, "ok", 10),
             (d2, "acct-1", "m", "standard", 3, 0, 0, "ok"),
         ],
     )
     units = [(str(tmp_path / "a.parquet"), g) for g in range(3)]  # 5 rows in row groups of 2
     with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
-        out = (
-            p
-            | beam.Create(units)
-            | DailyUsage()
-            | beam.FlatMap(lambda kv: [tuple(r.values()) for r in kv[1].to_pylist()])
+        days = p | beam.Create(units) | DailyUsage()
+        usage = days | "Usage" >> beam.FlatMap(
+            lambda kv: [tuple(r.values()) for r in kv[1].usage.to_pylist()]
+        )
+        errors = days | "Errors" >> beam.FlatMap(
+            lambda kv: [tuple(r.values()) for r in kv[1].errors.to_pylist()]
+        )
+        speed = days | "Speed" >> beam.FlatMap(
+            lambda kv: [(r["model"], r["speed_tier"], r["requests"]) for r in kv[1].speed.to_pylist()]
         )
         assert_that(
-            out,
+            usage,
             equal_to(
                 [
-                    (dt.date(2026, 3, 1), "acct-1", "m", "standard", 2, 1, 150, 10, 6),
-                    (dt.date(2026, 3, 2), "acct-1", "m", "standard", 2, 0, 10, 7, 7),
-                    (dt.date(2026, 3, 2), "acct-2", "m", "priority", 1, 0, 1, 0, 2),
+                    (dt.date(2026, 3, 1), "acct-1", "m", "standard", 2, 1, 150, 10, 6, 500, 5),
+                    (dt.date(2026, 3, 2), "acct-1", "m", "standard", 2, 0, 10, 7, 7, 70, 7),
+                    (dt.date(2026, 3, 2), "acct-2", "m", "priority", 1, 0, 1, 0, 2, 10, 2),
                 ]
             ),
+            label="CheckUsage",
+        )
+        assert_that(
+            errors,
+            equal_to([(dt.date(2026, 3, 1), "acct-1", "m", "standard", "timeout", 1)]),
+            label="CheckErrors",
+        )
+        assert_that(
+            speed,
+            equal_to([("m", "standard", 1), ("m", "standard", 1), ("m", "priority", 1)]),
+            label="CheckSpeed",
         )
 
 
 def test_combine_fn_merges_partials_in_any_grouping():
-    fn = CombineUsageTables()
-    part = pa.table(
+    events = pa.table(
         {
-            "day": [dt.date(2026, 3, 1)],
-            "account_id": ["a"],
-            "model": ["m"],
-            "speed_tier": ["standard"],
-            "requests": [1],
-            "errors": [0],
-            "input_tokens": [5],
-            "cached_input_tokens": [1],
-            "output_tokens": [2],
+            "event_time": pa.array(
+                [dt.datetime(2026, 3, 1, 9, tzinfo=dt.UTC)] * 3, pa.timestamp("us", tz="UTC")
+            ),
+            "account_id": ["a", "a", "b"],
+            "model": ["m"] * 3,
+            "speed_tier": ["standard"] * 3,
+            "status": ["ok", "error", "ok"],
+            "error_code": [None, "timeout", None],
+            "input_tokens": [5, 6, 7],
+            "cached_input_tokens": [1, 0, 0],
+            "output_tokens": [2, 0, 100],
+            "duration_ms": [1000, None, 1000],
         }
     )
-    acc1 = fn.add_input(fn.create_accumulator(), part)
-    acc2 = fn.add_input(fn.add_input(fn.create_accumulator(), part), part)
-    out = fn.extract_output(fn.merge_accumulators([acc1, acc2])).to_pylist()
-    assert out == [
-        {
-            "day": dt.date(2026, 3, 1),
-            "account_id": "a",
-            "model": "m",
-            "speed_tier": "standard",
-            "requests": 3,
-            "errors": 0,
-            "input_tokens": 15,
-            "cached_input_tokens": 3,
-            "output_tokens": 6,
-        }
-    ]
+    fn = CombineDayPartials()
+    one = fn.add_input(fn.create_accumulator(), partial_usage(events.slice(0, 1)))
+    two = fn.add_input(
+        fn.add_input(fn.create_accumulator(), partial_usage(events.slice(1, 1))),
+        partial_usage(events.slice(2, 1)),
+    )
+    merged = fn.extract_output(fn.merge_accumulators([two, one]))
+    whole = partial_usage(events)
+    for name in ("usage", "errors", "speed"):
+        key = [(c, "ascending") for c in getattr(whole, name).column_names]
+        assert getattr(merged, name).sort_by(key).equals(getattr(whole, name).sort_by(key)), name
+    assert (
+        merged.usage.filter(pa.compute.equal(merged.usage["account_id"], "a")).to_pylist()[0]["requests"] == 2
+    )
 
 
 def test_ingest_transform_stages_clean_rows_quarantine_and_counts(tmp_path):

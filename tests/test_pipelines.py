@@ -178,12 +178,50 @@ def test_bad_rows_and_bad_files_are_quarantined_and_good_rows_still_arrive(sqlit
 
 @pytest.mark.postgres
 def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgres_settings):
+    from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDailyError
+
     ingest_and_aggregate(sqlite_settings, small_dates())
     ingest_and_aggregate(postgres_settings, small_dates())
-    assert _usage_rows(postgres_settings.database_url) == _usage_rows(sqlite_settings.database_url)
+    for model in (UsageDaily, UsageDailyError, ModelDaily, ModelWeeklyAccounts):
+        assert _table_rows(postgres_settings.database_url, model) == _table_rows(
+            sqlite_settings.database_url, model
+        )
     again = ingest_and_aggregate(postgres_settings, small_dates())
     assert again.ingest.total("clean") == 0
     assert len(_usage_rows(postgres_settings.database_url)) == len(_usage_rows(sqlite_settings.database_url))
+
+
+@pytest.mark.postgres
+def test_copy_keeps_hostile_strings_and_nulls(postgres_settings):
+    import pyarrow as pa
+
+    from pipelines.warehouse import insert_arrow
+    from schemas.warehouse import UsageDailyError
+
+    rows = pa.table(
+        {
+            "day": [small_dates()[0]] * 4,
+            "account_id": ["", "acct'; DROP TABLE x; --", 'q"uote', "ü😀"],
+            "model": ["m"] * 4,
+            "speed_tier": ["standard"] * 4,
+            "error_code": ["a", "b", "c", "d"],
+            "errors": [1, 2, 3, 4],
+        }
+    )
+    engine = make_engine(postgres_settings.database_url)
+    with engine.begin() as conn:
+        insert_arrow(conn, UsageDailyError.__table__, rows)
+    got = sorted(r[1] for r in _table_rows(postgres_settings.database_url, UsageDailyError))
+    assert got == sorted(rows["account_id"].to_pylist())
+
+
+def _table_rows(url: str, model) -> list[tuple]:  # type: ignore[no-untyped-def]
+    engine = make_engine(url)
+    t = model.__table__
+    with engine.connect() as conn:
+        rows = conn.execute(select(t).order_by(*t.primary_key.columns)).all()
+    engine.dispose()
+    return [tuple(round(v, 9) if isinstance(v, float) else v for v in r) for r in rows]
 
 
 def test_a_missing_landing_folder_is_a_clear_error(sqlite_settings):
