@@ -26,7 +26,7 @@ from pipelines.generate import GeneratorConfig, generate, write_landing
 from pipelines.jobs import date_args
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
-from schemas.warehouse import UsageDaily
+from schemas.warehouse import ModelDaily, UsageDaily
 
 MARKER = ".usage-billing-demo"
 START = dt.date(2026, 2, 1)
@@ -55,6 +55,47 @@ def tokens_by_model_month(engine: Engine) -> dict[str, dict[str, int]]:
     with engine.connect() as conn:
         for model, day, tokens in conn.execute(stmt):
             out[model][f"{day:%Y-%m}"] += int(tokens)
+    return out
+
+
+def speed_by_model_tier(engine: Engine) -> list[dict]:
+    """Per model and tier: requests, overall output tokens/s, and the last 7 days' median and p95."""
+    u, m = UsageDaily.__table__, ModelDaily.__table__
+    overall = select(
+        u.c.model,
+        u.c.speed_tier,
+        func.sum(u.c.requests),
+        func.sum(u.c.timed_output_tokens),
+        func.sum(u.c.output_ms),
+    ).group_by(u.c.model, u.c.speed_tier)
+    with engine.connect() as conn:
+        last = conn.execute(select(func.max(m.c.day))).scalar_one()
+        if last is None:
+            return []
+        recent = conn.execute(
+            select(m.c.model, m.c.speed_tier, m.c.requests, m.c.median_output_tps, m.c.p95_output_tps).where(
+                m.c.day > last - dt.timedelta(days=7)
+            )
+        ).all()
+        rows = conn.execute(overall).all()
+    weighted: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
+    for model, tier, n, med, p95 in recent:
+        if med is not None:
+            weighted[(model, tier)].append((n, med, p95))
+    out = []
+    for model, tier, requests, tokens, ms in sorted(rows):
+        w = weighted.get((model, tier), [])
+        total = sum(n for n, _, _ in w)
+        out.append(
+            {
+                "model": model,
+                "tier": tier,
+                "requests": int(requests),
+                "tps": (tokens / (ms / 1000)) if ms else None,
+                "median": sum(n * med for n, med, _ in w) / total if total else None,
+                "p95": sum(n * p for n, _, p in w) / total if total else None,
+            }
+        )
     return out
 
 
@@ -119,6 +160,7 @@ def run_demo(
         progress.advance(overall)
         step("done")
     _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
+    _speed(out, speed_by_model_tier(engine))
     failed = [r for r in reports if r.failed_errors]
     out.print(
         f"data quality: {len(reports)} partitions checked, {len(failed)} failed"
@@ -126,6 +168,22 @@ def run_demo(
         + f"; reports under {lake.join(settings.lake, 'dq')}"
     )
     engine.dispose()
+
+
+def _speed(out: Console, rows: list[dict]) -> None:
+    table = Table(
+        title="Output speed (tokens/s) by model and speed tier", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    for col in ("model", "tier", "requests", "overall", "median 7d", "p95 7d"):
+        table.add_column(col, justify="left" if col in ("model", "tier") else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r["model"],
+            r["tier"],
+            f"{r['requests']:,}",
+            *(f"{r[k]:,.0f}" if r[k] is not None else "-" for k in ("tps", "median", "p95")),
+        )
+    out.print(table)
 
 
 def _summary(
