@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -35,15 +34,6 @@ def timed(fn: Callable[[], object], repeat: int = 1) -> tuple[float, object]:
         result = fn()
         best = min(best, time.perf_counter() - start)
     return best, result
-
-
-def peak_rss_mb_of(argv: list[str]) -> tuple[float, float, str]:
-    """Run a command in a child process: (wall seconds, peak RSS in MB, stdout)."""
-    start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
-    wall = time.perf_counter() - start
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, usage.ru_maxrss / 1024, proc.stdout
 
 
 def run_measured(
@@ -92,3 +82,35 @@ def write_section(title: str, body: str) -> None:
 
 def command_line(module: str) -> str:
     return " ".join([".venv/bin/python -m", module, *[a if " " not in a else repr(a) for a in sys.argv[1:]]])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(database: Path, lake: Path, landing: Path | None = None) -> list[str]:
+    """``usage-billing`` with the default catalog, a SQLite warehouse file and a lake (and landing)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "--config",
+        str(ROOT / "config" / "catalog.toml"),
+        "--database-url",
+        f"sqlite:///{database}",
+        "--lake",
+        str(lake),
+    ]
+    return argv + (["--landing", str(landing)] if landing is not None else [])
+
+
+DUCKDB_RUNNER = (
+    "import duckdb, sys\ncon = duckdb.connect()\n"
+    "for stmt in [s for s in sys.argv[1].split(';') if s.strip()]:\n    rows = con.execute(stmt).fetchall()\n"
+    "print(rows[0][0])"
+)
+
+
+def run_duckdb(sql: str) -> tuple[float, float, str]:
+    """Run ``;``-separated DuckDB statements in a child process; (wall, peak RSS MB, last result)."""
+    wall, rss, out = run_measured([sys.executable, "-c", DUCKDB_RUNNER, sql])
+    return wall, rss, out.strip().splitlines()[-1]

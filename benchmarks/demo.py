@@ -9,32 +9,16 @@ measures exactly what a user waits for. Target (issue 2): under 3 minutes on thi
 from __future__ import annotations
 
 import re
-import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import command_line, machine, peak_rss_mb_of, write_section
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import cli, command_line, machine, run_measured, write_section
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [
-            sys.executable,
-            "-m",
-            "pipelines.cli",
-            "--config",
-            str(ROOT / "config" / "catalog.toml"),
-            "--database-url",
-            f"sqlite:///{tmp}/warehouse.db",
-            "--lake",
-            f"{tmp}/lake",
-            "--landing",
-            f"{tmp}/landing",
-            "demo",
-        ]
-        wall, rss, out = peak_rss_mb_of(argv)
+        argv = [*cli(Path(tmp) / "warehouse.db", Path(tmp) / "lake", Path(tmp) / "landing"), "demo"]
+        wall, rss, out = run_measured(argv)
     rows = re.search(r"^\s*([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s*$", out, re.M)
     read = rows.group(1) if rows else "?"
     write_section(

@@ -18,12 +18,10 @@ import dataclasses
 import datetime as dt
 import os
 import shutil
-import sys
 from pathlib import Path
 
-from benchmarks.common import command_line, machine, run_measured, write_section
+from benchmarks.common import ROOT, cli, command_line, machine, run_duckdb, run_measured, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
 DAY = dt.date(2026, 3, 2)
 MODES = {
     "in process": [],
@@ -76,19 +74,7 @@ def _ours(workdir: Path, fmt: str, extra: list[str]) -> tuple[float, float]:
     run = workdir / "run"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir()
-    base = [
-        sys.executable,
-        "-m",
-        "pipelines.cli",
-        "--config",
-        str(ROOT / "config" / "catalog.toml"),
-        "--database-url",
-        f"sqlite:///{run}/w.db",
-        "--lake",
-        str(run / "lake"),
-        "--landing",
-        str(workdir / fmt),
-    ]
+    base = cli(run / "w.db", run / "lake", workdir / fmt)
     run_measured([*base, "db", "upgrade"])
     wall, rss, out = run_measured([*base, "events", "ingest", "--date", DAY.isoformat(), *extra])
     assert "clean" in out, out
@@ -106,14 +92,8 @@ def _duckdb(workdir: Path, fmt: str) -> tuple[float, float, int]:
             f"columns={JSON_COLUMNS})"
         )
     sql = DUCKDB_SQL.format(reader=reader, out=out)
-    code = (
-        "import duckdb, sys; con = duckdb.connect(); rows = None\n"
-        "for stmt in [s for s in sys.argv[1].split(';') if s.strip()]:\n"
-        "    rows = con.execute(stmt).fetchall()\n"
-        "print(rows[0][0])"
-    )
-    wall, rss, stdout = run_measured([sys.executable, "-c", code, sql])
-    return wall, rss, int(stdout.strip().splitlines()[-1])
+    wall, rss, last = run_duckdb(sql)
+    return wall, rss, int(last)
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from pipelines.usage import (
 from pipelines.warehouse import make_engine, replace_rows, require_schema
 from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDaily, UsageDailyError
 
-COMPACT_EVERY = 32
+COMPACT_EVERY = 4  # partials a day's accumulator holds before re-summing (bounds memory)
 ALL_TIERS = "*"
 
 

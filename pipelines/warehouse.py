@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as csv
 from sqlalchemy import Connection, Engine, Table, create_engine, delete, event, insert, text
 from sqlalchemy.engine import make_url
@@ -111,10 +112,36 @@ def insert_arrow(conn: Connection, table: Table, rows: pa.Table) -> int:
         return 0
     if conn.dialect.name == "postgresql":
         _copy(conn, table, rows)
-        return rows.num_rows
-    for batch in rows.to_batches(max_chunksize=INSERT_BATCH_ROWS):
-        conn.execute(insert(table), batch.to_pylist())
+    elif conn.dialect.name == "sqlite" and all(_sqlite_plain(t) for t in rows.schema.types):
+        _sqlite_executemany(conn, table, rows)
+    else:
+        for batch in rows.to_batches(max_chunksize=INSERT_BATCH_ROWS):
+            conn.execute(insert(table), batch.to_pylist())
     return rows.num_rows
+
+
+def _sqlite_plain(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t) or pa.types.is_date32(t)
+
+
+def _sqlite_executemany(conn: Connection, table: Table, rows: pa.Table) -> None:
+    """The DBAPI cursor's executemany with column-wise tuples, on the caller's transaction.
+
+    Dates go in as ISO text, the format SQLAlchemy's SQLite Date type stores and reads.
+    """
+    columns = [pc.cast(c, pa.string()) if pa.types.is_date32(c.type) else c for c in rows.columns]
+    names = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in rows.column_names)
+    sql = (
+        f"INSERT INTO {conn.dialect.identifier_preparer.format_table(table)} ({names}) "
+        f"VALUES ({', '.join('?' * len(columns))})"
+    )
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        for start in range(0, rows.num_rows, INSERT_BATCH_ROWS * 5):
+            chunk = [c.slice(start, INSERT_BATCH_ROWS * 5).to_pylist() for c in columns]
+            cursor.executemany(sql, zip(*chunk, strict=True))
+    finally:
+        cursor.close()
 
 
 def _copy(conn: Connection, table: Table, rows: pa.Table) -> None:

@@ -104,3 +104,15 @@ def postgres_settings(postgres_url, tmp_path, small_landing) -> Settings:  # typ
         lake=str(tmp_path / "lake"),
         landing=str(small_landing),
     )
+
+
+def table_rows(url: str, model) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """Every row of a warehouse table, ordered by its primary key (floats rounded for comparison)."""
+    from sqlalchemy import select
+
+    engine = make_engine(url)
+    t = model.__table__
+    with engine.connect() as conn:
+        rows = conn.execute(select(t).order_by(*t.primary_key.columns)).all()
+    engine.dispose()
+    return [tuple(round(v, 9) if isinstance(v, float) else v for v in r) for r in rows]

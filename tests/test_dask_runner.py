@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import select
 
 from pipelines import aggregate, ingest
 from pipelines.jobs import date_args
 from pipelines.warehouse import make_engine, upgrade
 from schemas.warehouse import UsageDaily
-from tests.conftest import small_dates
+from tests.conftest import small_dates, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +33,7 @@ def dask_address():  # type: ignore[no-untyped-def]
 
 
 def _rows(url: str) -> list[tuple]:
-    engine = make_engine(url)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(UsageDaily.__table__).order_by(*UsageDaily.__table__.primary_key.columns)
-        ).all()
-    engine.dispose()
-    return [tuple(r) for r in rows]
+    return table_rows(url, UsageDaily)
 
 
 def test_dask_runner_gives_the_same_warehouse_rows(sqlite_settings, tmp_path, dask_address):

@@ -17,7 +17,7 @@ from pipelines import aggregate, ingest
 from pipelines.jobs import date_args, ingest_and_aggregate
 from pipelines.warehouse import make_engine
 from schemas.warehouse import IngestRun, UsageDaily
-from tests.conftest import SMALL, small_dates
+from tests.conftest import SMALL, small_dates, table_rows
 
 
 def _lake_digest(lake: str) -> dict[str, str]:
@@ -28,13 +28,7 @@ def _lake_digest(lake: str) -> dict[str, str]:
 
 
 def _usage_rows(url: str) -> list[tuple]:
-    engine = make_engine(url)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(UsageDaily.__table__).order_by(*UsageDaily.__table__.primary_key.columns)
-        ).all()
-    engine.dispose()
-    return [tuple(r) for r in rows]
+    return table_rows(url, UsageDaily)
 
 
 def _lake_tokens(lake: str) -> int:
@@ -183,7 +177,7 @@ def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgr
     ingest_and_aggregate(sqlite_settings, small_dates())
     ingest_and_aggregate(postgres_settings, small_dates())
     for model in (UsageDaily, UsageDailyError, ModelDaily, ModelWeeklyAccounts):
-        assert _table_rows(postgres_settings.database_url, model) == _table_rows(
+        assert table_rows(postgres_settings.database_url, model) == table_rows(
             sqlite_settings.database_url, model
         )
     again = ingest_and_aggregate(postgres_settings, small_dates())
@@ -211,17 +205,8 @@ def test_copy_keeps_hostile_strings_and_nulls(postgres_settings):
     engine = make_engine(postgres_settings.database_url)
     with engine.begin() as conn:
         insert_arrow(conn, UsageDailyError.__table__, rows)
-    got = sorted(r[1] for r in _table_rows(postgres_settings.database_url, UsageDailyError))
+    got = sorted(r[1] for r in table_rows(postgres_settings.database_url, UsageDailyError))
     assert got == sorted(rows["account_id"].to_pylist())
-
-
-def _table_rows(url: str, model) -> list[tuple]:  # type: ignore[no-untyped-def]
-    engine = make_engine(url)
-    t = model.__table__
-    with engine.connect() as conn:
-        rows = conn.execute(select(t).order_by(*t.primary_key.columns)).all()
-    engine.dispose()
-    return [tuple(round(v, 9) if isinstance(v, float) else v for v in r) for r in rows]
 
 
 def test_a_missing_landing_folder_is_a_clear_error(sqlite_settings):
