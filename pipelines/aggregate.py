@@ -43,18 +43,13 @@ class AggregateOptions(CommonOptions):
         parser.add_argument("--run_id", default=None)
 
 
-class ReadRowGroup(beam.DoFn):
-    def __init__(self, columns: list[str]) -> None:
-        self.columns = columns
+class PartialUsageByDay(beam.DoFn):
+    """One (path, row group) -> partial usage per UTC day. Reading and summing in one step keeps the
+    row group itself from ever becoming a Beam element (only the small partials are)."""
 
     def process(self, unit: tuple[str, int]):  # type: ignore[no-untyped-def]
         path, group = unit
-        yield lake.open_parquet(path).read_row_group(group, columns=self.columns)
-
-
-class PartialUsageByDay(beam.DoFn):
-    def process(self, events: pa.Table):  # type: ignore[no-untyped-def]
-        partial = partial_usage(events)
+        partial = partial_usage(lake.open_parquet(path).read_row_group(group, columns=LAKE_COLUMNS))
         days = partial.usage["day"].unique()
         if len(days) == 1:
             yield days[0].as_py().isoformat(), partial
@@ -75,6 +70,10 @@ class CombineDayPartials(beam.CombineFn):
 
     def merge_accumulators(self, accs: Iterable[list[DayPartials]]) -> list[DayPartials]:
         return [DayPartials.combine([p for acc in accs for p in acc])]
+
+    def compact(self, acc: list[DayPartials]) -> list[DayPartials]:
+        """Called before an accumulator is shipped between stages: send one re-summed partial."""
+        return [DayPartials.combine(acc)] if len(acc) > 1 else acc
 
     def extract_output(self, acc: list[DayPartials]) -> DayPartials:
         return DayPartials.combine(acc)
@@ -103,7 +102,6 @@ class DailyUsage(beam.PTransform):
     def expand(self, units):  # type: ignore[no-untyped-def]
         return (
             units
-            | "ReadRowGroups" >> beam.ParDo(ReadRowGroup(LAKE_COLUMNS))
             | "PartialUsage" >> beam.ParDo(PartialUsageByDay())
             | "CombineUsage" >> beam.CombinePerKey(CombineDayPartials())
         )
