@@ -32,8 +32,8 @@ Machine: {machine()}
 | {read} | {wall:.0f} s | {rss:,.0f} MB | under 180 s |
 
 Steps: generate 242 days of landing files, load accounts, ingest all landing dates in one Beam run
-(FnApiRunner), aggregate usage_daily, print the summary. Peak RSS is FnApiRunner holding the whole
-ingest shuffle in memory (the issue 3/4 benchmarks address memory at scale).
+(FnApiRunner), run the data-quality gate on all 242 partitions, aggregate the usage tables, print
+the summary (ingest counts, tokens per model per month, output speed per model and tier).
 """,
     )
 
