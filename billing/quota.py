@@ -1,0 +1,227 @@
+"""Quota pool allocation: the billing rule of DESIGN.md, vectorized (no loop over events).
+
+For each plan, its pools are taken in draw order (ascending priority, equal priorities in the order
+the plan lists them). Within one balance key (account, plan, pool, period start) events are taken
+in (event_time, event_id) order and a pool covers as much of each event as its balance allows; the
+rest spills to the next eligible pool. With ``cum`` the running demand of a balance key, an event
+of remaining demand ``r`` gets ``min(cum, A) - min(cum - r, A)`` from a pool of allowance ``A``:
+one cumulative sum per pool, not one step per event. What no pool covers is overage. Included
+tokens are split across token kinds pro rata (floor, then the largest remainders get the leftover
+tokens; ties go input, cached_input, output), so every token is counted exactly once.
+
+Periods and the plan in force are evaluated on the account's local date (``local_dates``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.catalog import Catalog
+
+EPOCH = np.datetime64("1970-01-01", "D")
+
+
+def local_dates(event_time: pa.Array | pa.ChunkedArray, timezone: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The account-local calendar date of each UTC timestamp (one conversion per distinct zone)."""
+    times = event_time.combine_chunks() if isinstance(event_time, pa.ChunkedArray) else event_time
+    zones = timezone.combine_chunks() if isinstance(timezone, pa.ChunkedArray) else timezone
+    out = np.empty(len(times), dtype="datetime64[D]")
+    for zone in pc.unique(zones).to_pylist():
+        mask = pc.equal(zones, zone)
+        local = pc.local_timestamp(times.filter(mask).cast(pa.timestamp("us", tz=zone)))
+        out[np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)] = (
+            pc.cast(local, pa.date32()).to_numpy(zero_copy_only=False).astype("datetime64[D]")
+        )
+    return out
+
+
+def period_start(day: np.ndarray, period: str) -> np.ndarray:
+    """Start of the pool period holding each local date: the day, its ISO week's Monday, its month."""
+    if period == "day":
+        return day
+    if period == "week":
+        return day - ((day - EPOCH).astype(np.int64) + 3) % 7  # 1970-01-01 was a Thursday
+    if period == "month":
+        return day.astype("datetime64[M]").astype("datetime64[D]")
+    raise ValueError(f"unknown period {period!r}")
+
+
+def period_end(start: np.ndarray, period: str) -> np.ndarray:
+    """Last local date of each period (inclusive)."""
+    if period == "day":
+        return start
+    if period == "week":
+        return start + 6
+    return (start.astype("datetime64[M]") + 1).astype("datetime64[D]") - 1
+
+
+def split_pro_rata(total: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Split ``total`` tokens of each row across its kinds (n x 3) pro rata, exactly.
+
+    Floor first; the leftover tokens go to the largest remainders, ties in kind order.
+    """
+    n = len(total)
+    weight = kinds.sum(axis=1)
+    safe = np.where(weight > 0, weight, 1)
+    scaled = total[:, None] * kinds  # <= 1e7 * 1e7: fits int64
+    base = scaled // safe[:, None]
+    remainder = scaled % safe[:, None]
+    leftover = total - base.sum(axis=1)
+    kind_order = np.broadcast_to(np.arange(kinds.shape[1]), kinds.shape)
+    order = np.lexsort((kind_order, -remainder), axis=-1)  # per row: largest remainder first
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(kinds.shape[1]), kinds.shape), axis=-1)
+    out = base + (rank < leftover[:, None])
+    return np.where(weight[:, None] > 0, out, 0) if n else out
+
+
+@dataclass
+class Allocation:
+    """Per event (in input order) and per balance key."""
+
+    included: np.ndarray  # n x 3 (input, cached_input, output): covered by pools
+    overage: np.ndarray  # n x 3: billed at the rate card
+    draws: (
+        pa.Table
+    )  # event_index, plan, pool, period_start, tokens: one row per (event, pool) with tokens > 0
+    pools: (
+        pa.Table
+    )  # account_id, plan, pool, period_start, period_end, allowance, used, remaining, exhausted_at
+
+
+def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
+    """Meter events against their plans' pools.
+
+    ``events`` columns: event_id, event_time (UTC), account_id, model, input_tokens,
+    cached_input_tokens, output_tokens, plan (null = pay as you go), local_day (date32: the account's
+    local date). An event without a plan draws from no pool.
+    """
+    n = events.num_rows
+    order = pc.sort_indices(
+        events, [("account_id", "ascending"), ("event_time", "ascending"), ("event_id", "ascending")]
+    ).to_numpy()
+    ev = events.take(pa.array(order))
+    account = ev["account_id"].combine_chunks()
+    account_code = pc.dictionary_encode(account).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    day = ev["local_day"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
+    kinds = np.stack(
+        [
+            (pc.subtract(ev["input_tokens"], ev["cached_input_tokens"])).to_numpy(zero_copy_only=False),
+            ev["cached_input_tokens"].to_numpy(zero_copy_only=False),
+            ev["output_tokens"].to_numpy(zero_copy_only=False),
+        ],
+        axis=1,
+    ).astype(np.int64)
+    demand = kinds.sum(axis=1)
+    remaining = demand.copy()
+    plan_col = pc.fill_null(ev["plan"], "").combine_chunks()
+    times = ev["event_time"].combine_chunks()
+    draw_parts: list[pa.Table] = []
+    pool_parts: list[pa.Table] = []
+    for plan in catalog.plans:
+        in_plan = np.asarray(pc.equal(plan_col, plan.id).to_numpy(zero_copy_only=False), dtype=bool)
+        if not in_plan.any():
+            continue
+        for pool in plan.pools_in_draw_order():
+            models = ev["model"]
+            covers = (
+                pa.array(np.ones(n, bool))
+                if "*" in pool.models
+                else pc.is_in(models, value_set=pa.array(pool.models, pa.string()))
+            )
+            if pool.exclude_models:
+                covers = pc.and_(covers, pc.invert(pc.is_in(models, value_set=pa.array(pool.exclude_models))))
+            pos = np.flatnonzero(in_plan & np.asarray(covers.to_numpy(zero_copy_only=False), dtype=bool))
+            if len(pos) == 0:
+                continue
+            starts = period_start(day[pos], pool.period)
+            new_key = np.ones(len(pos), bool)
+            new_key[1:] = (account_code[pos][1:] != account_code[pos][:-1]) | (starts[1:] != starts[:-1])
+            seg = np.cumsum(new_key) - 1
+            r = remaining[pos]
+            cum = np.cumsum(r)
+            base = (cum - r)[new_key][seg]  # running demand before each key's first event
+            running = cum - base
+            allowance = pool.allowance_tokens
+            covered = np.minimum(running, allowance) - np.minimum(running - r, allowance)
+            remaining[pos] -= covered
+            drew = covered > 0
+            draw_parts.append(
+                pa.table(
+                    {
+                        "event_index": order[pos[drew]],
+                        "plan": pa.array([plan.id] * int(drew.sum()), pa.string()),
+                        "pool": pa.array([pool.id] * int(drew.sum()), pa.string()),
+                        "period_start": starts[drew].astype("datetime64[D]"),
+                        "tokens": covered[drew],
+                    }
+                )
+            )
+            used = np.add.reduceat(covered, np.flatnonzero(new_key))
+            key_pos = pos[new_key]
+            # exhausted_at: the event at which a key's running demand first reaches the allowance.
+            full_idx = np.flatnonzero(running >= allowance)
+            first_of_key = np.r_[True, seg[full_idx][1:] != seg[full_idx][:-1]] if len(full_idx) else full_idx
+            first_full = np.full(len(key_pos), -1)
+            first_full[seg[full_idx][first_of_key]] = full_idx[first_of_key]
+            exhausted = pc.if_else(
+                pa.array(first_full >= 0),
+                times.take(pa.array(pos[np.maximum(first_full, 0)])),
+                pa.nulls(len(key_pos), pa.timestamp("us", tz="UTC")),
+            )
+            key_starts = starts[new_key]
+            pool_parts.append(
+                pa.table(
+                    {
+                        "account_id": account.take(pa.array(key_pos)),
+                        "plan": pa.array([plan.id] * len(key_pos), pa.string()),
+                        "pool": pa.array([pool.id] * len(key_pos), pa.string()),
+                        "period_start": key_starts,
+                        "period_end": period_end(key_starts, pool.period),
+                        "allowance": np.full(len(key_pos), allowance, np.int64),
+                        "used": used,
+                        "remaining": allowance - used,
+                        "exhausted_at": exhausted,
+                    }
+                )
+            )
+    included_sorted = split_pro_rata(demand - remaining, kinds)
+    included = np.empty_like(included_sorted)
+    included[order] = included_sorted
+    overage = np.empty_like(kinds)
+    overage[order] = kinds - included_sorted
+    draws = pa.concat_tables(draw_parts) if draw_parts else _empty_draws()
+    pools = pa.concat_tables(pool_parts) if pool_parts else _empty_pools()
+    return Allocation(included, overage, draws, pools)
+
+
+def _empty_draws() -> pa.Table:
+    return pa.table(
+        {
+            "event_index": pa.array([], pa.int64()),
+            "plan": pa.array([], pa.string()),
+            "pool": pa.array([], pa.string()),
+            "period_start": pa.array([], pa.date32()),
+            "tokens": pa.array([], pa.int64()),
+        }
+    )
+
+
+def _empty_pools() -> pa.Table:
+    return pa.table(
+        {
+            "account_id": pa.array([], pa.string()),
+            "plan": pa.array([], pa.string()),
+            "pool": pa.array([], pa.string()),
+            "period_start": pa.array([], pa.date32()),
+            "period_end": pa.array([], pa.date32()),
+            "allowance": pa.array([], pa.int64()),
+            "used": pa.array([], pa.int64()),
+            "remaining": pa.array([], pa.int64()),
+            "exhausted_at": pa.array([], pa.timestamp("us", tz="UTC")),
+        }
+    )

@@ -1,0 +1,301 @@
+"""Quota pool allocation against a plain event-by-event reference implementation (lives here)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from fractions import Fraction
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from billing.quota import allocate, local_dates, period_start, split_pro_rata
+from schemas.catalog import parse_catalog
+
+CATALOG = parse_catalog(
+    {
+        "currency": "USD",
+        "models": [
+            {"id": "m1", "launched": dt.date(2026, 1, 1)},
+            {"id": "m2", "launched": dt.date(2026, 1, 1)},
+            {"id": "m3", "launched": dt.date(2026, 1, 1)},
+        ],
+        "plans": [
+            {
+                "id": "a",
+                "monthly_fee": "10",
+                "pools": [
+                    {"id": "daily", "models": ["*"], "allowance_tokens": 300, "period": "day", "priority": 1},
+                    {
+                        "id": "m1week",
+                        "models": ["m1"],
+                        "allowance_tokens": 700,
+                        "period": "week",
+                        "priority": 1,
+                    },
+                    {
+                        "id": "month",
+                        "models": ["*"],
+                        "exclude_models": ["m2"],
+                        "allowance_tokens": 900,
+                        "period": "month",
+                        "priority": 2,
+                    },
+                ],
+            },
+            {
+                "id": "b",
+                "monthly_fee": "20",
+                "pools": [
+                    {"id": "own", "models": ["m2"], "allowance_tokens": 400, "period": "week", "priority": 1},
+                    {
+                        "id": "main",
+                        "models": ["*"],
+                        "exclude_models": ["m2"],
+                        "allowance_tokens": 500,
+                        "period": "week",
+                        "priority": 2,
+                    },
+                ],
+            },
+        ],
+    }
+)
+KINDS = ("input", "cached_input", "output")
+
+
+def _py_period(day: dt.date, period: str) -> dt.date:
+    if period == "day":
+        return day
+    if period == "week":
+        return day - dt.timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+def _py_split(total: int, kinds: list[int]) -> list[int]:
+    weight = sum(kinds)
+    if weight == 0:
+        return [0, 0, 0]
+    shares = [Fraction(total * k, weight) for k in kinds]
+    base = [int(s) for s in shares]
+    left = total - sum(base)
+    by_remainder = sorted(range(3), key=lambda i: (-(shares[i] - base[i]), i))
+    for i in by_remainder[:left]:
+        base[i] += 1
+    return base
+
+
+def reference(events: list[dict], catalog=CATALOG):  # type: ignore[no-untyped-def]
+    """The billing rule, one event at a time."""
+    balances: dict[tuple, int] = {}
+    included, overage = {}, {}
+    for e in sorted(events, key=lambda e: (e["account_id"], e["event_time"], e["event_id"])):
+        kinds = [e["input_tokens"] - e["cached_input_tokens"], e["cached_input_tokens"], e["output_tokens"]]
+        left = sum(kinds)
+        if e["plan"] is not None:
+            for pool in catalog.plan(e["plan"]).pools_in_draw_order():
+                if not pool.covers(e["model"]):
+                    continue
+                key = (e["account_id"], e["plan"], pool.id, _py_period(e["local_day"], pool.period))
+                take = min(left, pool.allowance_tokens - balances.get(key, 0))
+                balances[key] = balances.get(key, 0) + take
+                left -= take
+        inc = _py_split(sum(kinds) - left, kinds)
+        included[e["event_id"]] = inc
+        overage[e["event_id"]] = [k - i for k, i in zip(kinds, inc, strict=True)]
+    return included, overage, balances
+
+
+def _table(events: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(
+        events,
+        schema=pa.schema(
+            [
+                ("event_id", pa.string()),
+                ("event_time", pa.timestamp("us", tz="UTC")),
+                ("account_id", pa.string()),
+                ("model", pa.string()),
+                ("input_tokens", pa.int64()),
+                ("cached_input_tokens", pa.int64()),
+                ("output_tokens", pa.int64()),
+                ("plan", pa.string()),
+                ("local_day", pa.date32()),
+            ]
+        ),
+    )
+
+
+def _check(events: list[dict]):  # type: ignore[no-untyped-def]
+    result = allocate(_table(events), CATALOG)
+    inc, over, balances = reference(events)
+    for i, e in enumerate(events):
+        assert result.included[i].tolist() == inc[e["event_id"]], e
+        assert result.overage[i].tolist() == over[e["event_id"]], e
+    # Invariants: every token exactly once; no negative pieces; pools never over their allowance.
+    kinds = np.array(
+        [
+            [e["input_tokens"] - e["cached_input_tokens"], e["cached_input_tokens"], e["output_tokens"]]
+            for e in events
+        ]
+    ).reshape(-1, 3)
+    assert (result.included + result.overage == kinds).all()
+    assert (result.included >= 0).all() and (result.overage >= 0).all()
+    pools = result.pools.to_pylist()
+    assert all(
+        0 <= p["used"] <= p["allowance"] and p["remaining"] == p["allowance"] - p["used"] for p in pools
+    )
+    got = {(p["account_id"], p["plan"], p["pool"], p["period_start"]): p["used"] for p in pools}
+    assert {k: v for k, v in got.items() if v} == {k: v for k, v in balances.items() if v}
+    drawn = result.draws.group_by("event_index").aggregate([("tokens", "sum")]).to_pylist()
+    for row in drawn:
+        assert row["tokens_sum"] == sum(result.included[row["event_index"]])
+    return result
+
+
+@st.composite
+def event_lists(draw):  # type: ignore[no-untyped-def]
+    n = draw(st.integers(1, 60))
+    start = dt.datetime(2026, 3, 25, tzinfo=dt.UTC)  # spans a month end and several ISO weeks
+    plans = {a: draw(st.sampled_from(["a", "b", None])) for a in ("x", "y", "z")}
+    events = []
+    for i in range(n):
+        account = draw(st.sampled_from(["x", "y", "z"]))
+        t = start + dt.timedelta(minutes=draw(st.integers(0, 60 * 24 * 16)))
+        inp = draw(st.integers(0, 400))
+        events.append(
+            {
+                "event_id": f"e{i:03d}",
+                "event_time": t,
+                "account_id": account,
+                "model": draw(st.sampled_from(["m1", "m2", "m3"])),
+                "input_tokens": inp,
+                "cached_input_tokens": draw(st.integers(0, inp)),
+                "output_tokens": draw(st.integers(0, 300)),
+                "plan": plans[account],
+                "local_day": t.date(),
+            }
+        )
+    return events
+
+
+@settings(max_examples=150, deadline=None)
+@given(event_lists())
+def test_vectorized_allocation_equals_the_reference(events):
+    _check(events)
+
+
+def test_split_is_exact_and_prefers_largest_remainders_then_kind_order():
+    got = split_pro_rata(np.array([10, 7, 0, 5]), np.array([[1, 1, 1], [10, 5, 5], [3, 3, 3], [0, 0, 0]]))
+    assert got.tolist() == [[4, 3, 3], [3, 2, 2], [0, 0, 0], [0, 0, 0]]  # 7 x (10,5,5)/20 = 3.5, 1.75, 1.75
+    for total, kinds in ((1, [1, 1, 1]), (2, [1, 1, 1]), (5, [7, 0, 3]), (9, [4, 4, 1])):
+        assert split_pro_rata(np.array([total]), np.array([kinds]))[0].tolist() == _py_split(total, kinds)
+
+
+def _ev(i, t, account="x", model="m1", inp=100, cached=0, out=0, plan="a", day=None):  # type: ignore[no-untyped-def]
+    return {
+        "event_id": f"e{i}",
+        "event_time": t,
+        "account_id": account,
+        "model": model,
+        "input_tokens": inp,
+        "cached_input_tokens": cached,
+        "output_tokens": out,
+        "plan": plan,
+        "local_day": day or t.date(),
+    }
+
+
+T = dt.datetime(2026, 3, 2, 9, tzinfo=dt.UTC)  # a Monday
+
+
+def test_an_event_that_exhausts_a_pool_mid_event_spills_to_the_next():
+    result = _check(
+        [_ev(1, T, model="m3", inp=250), _ev(2, T + dt.timedelta(minutes=1), model="m3", inp=200, out=100)]
+    )
+    draws = result.draws.to_pylist()
+    assert [(d["event_index"], d["pool"], d["tokens"]) for d in draws] == [
+        (0, "daily", 250),
+        (1, "daily", 50),
+        (1, "month", 250),
+    ]
+    exhausted = {p["pool"]: p["exhausted_at"] for p in result.pools.to_pylist()}
+    assert exhausted["daily"] == T + dt.timedelta(minutes=1) and exhausted["month"] is None
+
+
+def test_equal_priorities_draw_in_plan_order():
+    result = _check([_ev(1, T, model="m1", inp=350)])
+    assert [(d["pool"], d["tokens"]) for d in result.draws.to_pylist()] == [("daily", 300), ("m1week", 50)]
+
+
+def test_a_weekly_period_straddles_a_month_end():
+    mon = dt.datetime(2026, 3, 30, 9, tzinfo=dt.UTC)  # week of Mon 30 Mar .. Sun 5 Apr
+    result = _check(
+        [
+            _ev(1, mon, account="y", model="m2", plan="b", inp=300),
+            _ev(2, mon + dt.timedelta(days=3), account="y", model="m2", plan="b", inp=300),
+        ]
+    )
+    own = [p for p in result.pools.to_pylist() if p["pool"] == "own"]
+    assert [(p["period_start"], p["period_end"], p["used"]) for p in own] == [
+        (dt.date(2026, 3, 30), dt.date(2026, 4, 5), 400)
+    ]
+    assert result.overage.sum() == 200
+
+
+def test_local_dates_near_a_week_boundary_in_utc_minus_10_and_utc_plus_14():
+    t = pa.array(
+        [dt.datetime(2026, 3, 8, 20, tzinfo=dt.UTC), dt.datetime(2026, 3, 9, 9, 30, tzinfo=dt.UTC)],
+        pa.timestamp("us", tz="UTC"),
+    )
+    honolulu = local_dates(t, pa.array(["Pacific/Honolulu"] * 2))
+    kiritimati = local_dates(t, pa.array(["Pacific/Kiritimati"] * 2))
+    assert honolulu.tolist() == [dt.date(2026, 3, 8), dt.date(2026, 3, 8)]  # both still Sunday
+    assert kiritimati.tolist() == [dt.date(2026, 3, 9), dt.date(2026, 3, 9)]  # both already Monday
+    assert period_start(honolulu, "week").tolist() == [dt.date(2026, 3, 2)] * 2
+    assert period_start(kiritimati, "week").tolist() == [dt.date(2026, 3, 9)] * 2
+
+
+def test_a_daylight_saving_change_keeps_local_days_right():
+    # Europe/Berlin moves to summer time at 01:00 UTC on 2026-03-29.
+    t = pa.array(
+        [dt.datetime(2026, 3, 28, 22, 59, tzinfo=dt.UTC), dt.datetime(2026, 3, 29, 22, 1, tzinfo=dt.UTC)],
+        pa.timestamp("us", tz="UTC"),
+    )
+    assert local_dates(t, pa.array(["Europe/Berlin"] * 2)).tolist() == [
+        dt.date(2026, 3, 28),
+        dt.date(2026, 3, 30),
+    ]
+
+
+def test_a_plan_change_mid_week_starts_new_balances():
+    wed = T + dt.timedelta(days=2)
+    result = _check(
+        [
+            _ev(1, T, account="z", model="m3", plan="a", inp=300),
+            _ev(2, wed, account="z", model="m3", plan="b", inp=300),
+        ]
+    )
+    keys = {(p["plan"], p["pool"]): p["used"] for p in result.pools.to_pylist()}
+    assert keys == {("a", "daily"): 300, ("a", "month"): 0, ("b", "main"): 300}
+
+
+def test_an_event_exactly_at_a_period_start_belongs_to_the_new_period():
+    sunday_end = dt.datetime(2026, 3, 8, 23, 59, 59, 999999, tzinfo=dt.UTC)
+    monday = dt.datetime(2026, 3, 9, 0, 0, tzinfo=dt.UTC)
+    result = _check([_ev(1, sunday_end, model="m1", inp=1000), _ev(2, monday, model="m1", inp=1000)])
+    weeks = sorted((p["period_start"], p["used"]) for p in result.pools.to_pylist() if p["pool"] == "m1week")
+    assert weeks == [(dt.date(2026, 3, 2), 700), (dt.date(2026, 3, 9), 700)]
+
+
+def test_pay_as_you_go_pays_every_token():
+    result = _check([_ev(1, T, plan=None, inp=100, cached=40, out=7)])
+    assert result.included.sum() == 0 and result.overage[0].tolist() == [60, 40, 7]
+    assert result.draws.num_rows == 0
+
+
+@pytest.mark.parametrize("n", [0])
+def test_no_events(n):
+    result = allocate(_table([]), CATALOG)
+    assert result.included.shape == (0, 3) and result.pools.num_rows == 0
