@@ -225,3 +225,39 @@ def _empty_pools() -> pa.Table:
             "exhausted_at": pa.array([], pa.timestamp("us", tz="UTC")),
         }
     )
+
+
+def attach_accounts(events: pa.Table, accounts: pa.Table) -> pa.Table:
+    """``events`` plus ``local_day`` (the account's local date) and ``plan`` (the one in force that day).
+
+    ``accounts``: account_id, plan (null = pay as you go), timezone, active_from, active_until (null =
+    open). An unknown account is metered in UTC with no plan: every token is overage.
+    """
+    n = events.num_rows
+    rows = events.append_column("_row", pa.array(np.arange(n, dtype=np.int64)))
+    zones = (
+        accounts.group_by("account_id").aggregate([("timezone", "min")]).rename_columns(["account_id", "tz"])
+    )
+    with_tz = rows.select(["_row", "account_id", "event_time"]).join(
+        zones, "account_id", join_type="left outer"
+    )
+    with_tz = with_tz.sort_by("_row")
+    local = local_dates(with_tz["event_time"], pc.fill_null(with_tz["tz"], "UTC"))
+    keyed = pa.table(
+        {
+            "_row": with_tz["_row"],
+            "account_id": with_tz["account_id"],
+            "local_day": pa.array(local).cast(pa.date32()),
+        }
+    )
+    periods = accounts.select(["account_id", "plan", "active_from", "active_until"])
+    matched = keyed.join(periods, "account_id", join_type="inner")
+    in_force = pc.and_(
+        pc.greater_equal(matched["local_day"], matched["active_from"]),
+        pc.fill_null(pc.less_equal(matched["local_day"], matched["active_until"]), True),
+    )
+    plans = matched.filter(in_force).select(["_row", "plan"])
+    out = keyed.join(plans, "_row", join_type="left outer").sort_by("_row")
+    return events.append_column("local_day", out["local_day"]).append_column(
+        "plan", out["plan"].cast(pa.string())
+    )

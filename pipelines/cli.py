@@ -39,6 +39,8 @@ app.add_typer(events_app, name="events")
 app.add_typer(usage_app, name="usage")
 dq_app = typer.Typer(no_args_is_help=True, help="Data-quality gate on clean lake partitions.")
 app.add_typer(dq_app, name="dq")
+quota_app = typer.Typer(no_args_is_help=True, help="Quota pools: metering and balances.")
+app.add_typer(quota_app, name="quota")
 
 BEAM = {"allow_extra_args": True, "ignore_unknown_options": True}
 DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-DD")]
@@ -245,6 +247,43 @@ def dq_accept(
     out.print(
         f"accepted {', '.join(checks)} for {date}; rerun `usage-billing run-day --date {date}` to continue"
     )
+
+
+@quota_app.command("meter", context_settings=BEAM)
+def quota_meter(
+    ctx: typer.Context,
+    date: DateOpt = None,
+    start: FromOpt = None,
+    end: ToOpt = None,
+    month: Annotated[str | None, typer.Option("--month", help="a whole month, YYYY-MM")] = None,
+) -> None:
+    """Meter account-local dates against the quota pools (Beam flags after --)."""
+    from pipelines import meter
+
+    s = _settings(ctx)
+    argv = [*s.argv(), *_dates_argv(date, start, end), *(["--month", month] if month else []), *ctx.args]
+    with _step("metering quota pools"):
+        counts = meter.run(argv)
+    out.print(", ".join(f"{name}: {n:,} rows" for name, n in counts.items()))
+
+
+@quota_app.command("show")
+def quota_show(
+    ctx: typer.Context,
+    account: Annotated[str, typer.Option("--account", help="account id")],
+    at: Annotated[str | None, typer.Option("--at", help="ISO time with zone (default: now)")] = None,
+) -> None:
+    """Each pool of the account's plan at a moment: allowance, used, remaining and when it resets."""
+    from pipelines.quota_view import pool_state
+    from pipelines.warehouse import make_engine, require_schema
+
+    s = _settings(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    view = pool_state(engine, s.catalog, account, at)
+    out.print(view.header)
+    for line in view.lines:
+        out.print(line, markup=False, highlight=False)
 
 
 @app.command("demo", context_settings=BEAM)

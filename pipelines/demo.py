@@ -19,14 +19,14 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 from sqlalchemy import Engine, func, select
 
-from pipelines import aggregate, ingest, lake, quality
+from pipelines import aggregate, ingest, lake, meter, quality
 from pipelines.accounts import load_accounts
 from pipelines.errors import UsageBillingError
 from pipelines.generate import GeneratorConfig, generate, write_landing
 from pipelines.jobs import date_args
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
-from schemas.warehouse import ModelDaily, UsageDaily
+from schemas.warehouse import BillableUsage, ModelDaily, PoolUsage, UsageDaily
 
 MARKER = ".usage-billing-demo"
 START = dt.date(2026, 2, 1)
@@ -122,6 +122,7 @@ def run_demo(
         "ingest",
         "data quality",
         "aggregate usage",
+        "meter quota pools",
     ]
     progress = Progress(
         SpinnerColumn(),
@@ -158,9 +159,13 @@ def run_demo(
         step(steps[5])
         aggregate.run([*settings.argv(), *date_args(dates), *beam_args])
         progress.advance(overall)
+        step(steps[6])
+        metered = meter.run([*settings.argv(), *date_args(dates), *beam_args])
+        progress.advance(overall)
         step("done")
     _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
     _speed(out, speed_by_model_tier(engine))
+    _quota(out, engine, metered)
     failed = [r for r in reports if r.failed_errors]
     out.print(
         f"data quality: {len(reports)} partitions checked, {len(failed)} failed"
@@ -168,6 +173,22 @@ def run_demo(
         + f"; reports under {lake.join(settings.lake, 'dq')}"
     )
     engine.dispose()
+
+
+def _quota(out: Console, engine: Engine, metered: dict[str, int]) -> None:
+    b, p = BillableUsage.__table__, PoolUsage.__table__
+    with engine.connect() as conn:
+        inc, over = conn.execute(select(func.sum(b.c.included_tokens), func.sum(b.c.overage_tokens))).one()
+        exhausted = conn.execute(
+            select(p.c.pool, func.count(), func.count(p.c.exhausted_at)).group_by(p.c.pool)
+        ).all()
+    inc, over = int(inc or 0), int(over or 0)
+    share = inc / (inc + over) if inc + over else 0
+    out.print(
+        f"quota: {metered['pool_usage']:,} pool balances, {inc / 1e9:,.1f}B tokens included ({share:.0%}), "
+        f"{over / 1e9:,.1f}B overage; exhausted: "
+        + ", ".join(f"{pool} {n_ex:,} of {n:,}" for pool, n, n_ex in sorted(exhausted))
+    )
 
 
 def _speed(out: Console, rows: list[dict]) -> None:

@@ -9,7 +9,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipelines import aggregate, ingest
+from pipelines import aggregate, ingest, meter
 from pipelines.settings import Settings
 
 Step = Callable[[str], None]  # progress callback: called with a step name when it starts
@@ -72,5 +72,10 @@ def ingest_and_aggregate(
     step("aggregate")
     for run_dates in contiguous(runnable):
         aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
+    step("meter")
+    # A UTC date's events fall on the local dates around it (UTC-12 .. UTC+14).
+    local = {d + dt.timedelta(days=k) for d in runnable for k in (-1, 0, 1)}
+    for run_dates in contiguous(sorted(local)):
+        meter.run([*settings.argv(), *date_args(run_dates), *beam_args])
     quality.require_passed(reports, settings.lake)
     return DayResult(result, runnable)

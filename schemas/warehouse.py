@@ -158,3 +158,35 @@ class DqAcceptance(Base):
     accepted_by: Mapped[str] = mapped_column(String(100))
     reason: Mapped[str] = mapped_column(String(1000))
     failed_checks: Mapped[dict] = mapped_column(comment="the failed error-level checks that were accepted")
+
+
+class PoolUsage(Base):
+    """One quota pool balance: an account's plan pool in one period (local dates, inclusive)."""
+
+    __tablename__ = "pool_usage"
+
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    plan: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    period_start: Mapped[dt.date] = mapped_column(primary_key=True, comment="account-local date")
+    period_end: Mapped[dt.date]
+    allowance: Mapped[int] = mapped_column(comment="tokens (input + output) per period")
+    used: Mapped[int]
+    remaining: Mapped[int]
+    exhausted_at: Mapped[dt.datetime | None] = mapped_column(comment="the event that used the last token")
+
+
+class BillableUsage(Base):
+    """Tokens per account, model, speed tier, account-local day and token kind: included or overage."""
+
+    __tablename__ = "billable_usage"
+
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True, comment="account-local date")
+    token_kind: Mapped[str] = mapped_column(
+        String(16), primary_key=True, comment="input | cached_input | output"
+    )
+    included_tokens: Mapped[int]
+    overage_tokens: Mapped[int]

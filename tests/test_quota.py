@@ -299,3 +299,39 @@ def test_pay_as_you_go_pays_every_token():
 def test_no_events(n):
     result = allocate(_table([]), CATALOG)
     assert result.included.shape == (0, 3) and result.pools.num_rows == 0
+
+
+def test_attach_accounts_gives_local_day_and_the_plan_in_force():
+    from billing.quota import attach_accounts
+
+    events = pa.table(
+        {
+            "event_id": ["a", "b", "c", "d"],
+            "account_id": ["h", "h", "k", "unknown"],
+            "event_time": pa.array(
+                [
+                    dt.datetime(2026, 3, 15, 8, tzinfo=dt.UTC),  # 14 Mar 22:00 in HST
+                    dt.datetime(2026, 3, 16, 12, tzinfo=dt.UTC),
+                    dt.datetime(2026, 3, 1, 11, tzinfo=dt.UTC),  # 2 Mar 01:00 in LINT
+                    dt.datetime(2026, 3, 1, 11, tzinfo=dt.UTC),
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    accounts = pa.table(
+        {
+            "account_id": ["h", "h", "k"],
+            "plan": ["plus", "pro", None],
+            "timezone": ["Pacific/Honolulu", "Pacific/Honolulu", "Pacific/Kiritimati"],
+            "active_from": [dt.date(2026, 2, 1), dt.date(2026, 3, 15), dt.date(2026, 2, 1)],
+            "active_until": [dt.date(2026, 3, 14), None, None],
+        }
+    )
+    out = attach_accounts(events, accounts).to_pylist()
+    assert [(r["event_id"], r["local_day"], r["plan"]) for r in out] == [
+        ("a", dt.date(2026, 3, 14), "plus"),
+        ("b", dt.date(2026, 3, 16), "pro"),
+        ("c", dt.date(2026, 3, 2), None),
+        ("d", dt.date(2026, 3, 1), None),
+    ]

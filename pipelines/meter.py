@@ -1,0 +1,277 @@
+"""Quota metering: lake events -> pool balances, billable usage and per-event allocation records.
+
+    usage-billing quota meter --date 2026-03-02
+    usage-billing quota meter --month 2026-03
+
+The dates are account-local days. A pool balance depends on every earlier event of its period, so
+the run reads from the earliest period start that the dates can touch (the month's first day or the
+first date's ISO week, whichever is earlier, minus a day for timezones) and allocates each account's
+events in order; events after the last date are left out, so the result for a date never depends
+on later data. Metering a period day by day or all at once therefore gives the same rows.
+
+Shape (runner-portable, like ingest): read row groups, attach plan and local day, spill by account
+shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
+(vectorized), stage the outputs; the driver loads them in one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import uuid
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy import and_, delete, select
+
+from billing.quota import allocate, attach_accounts
+from pipelines import lake
+from pipelines.beam_options import CommonOptions, date_range, make_pipeline, parse_date, pipeline_options
+from pipelines.dedup import HASH, shard_segments, stable_hash
+from pipelines.errors import UsageBillingError
+from pipelines.warehouse import make_engine, replace_rows, require_schema
+from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
+from schemas.warehouse import Account, BillableUsage, PoolUsage
+
+ALLOCATIONS = "allocations"
+METER_SHARDS = 8
+COLUMNS = [
+    "event_id",
+    "event_time",
+    "account_id",
+    "model",
+    "speed_tier",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+]
+
+
+class MeterOptions(CommonOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
+        parser.add_argument("--month", default=None, help="a whole month, YYYY-MM")
+        parser.add_argument("--run_id", default=None)
+
+
+def meter_dates(opts: MeterOptions) -> list[dt.date]:
+    if opts.month:
+        if opts.date or opts.from_date or opts.to_date:
+            raise UsageBillingError("give either --month or dates, not both")
+        first = parse_date(f"{opts.month}-01", "--month")
+        last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
+        return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    return date_range(opts)
+
+
+def read_window(dates: list[dt.date]) -> tuple[dt.date, dt.date]:
+    """UTC dates to read: from the earliest period start the local dates can touch, to the last + 1."""
+    first = dates[0]
+    earliest = min(first.replace(day=1), first - dt.timedelta(days=first.weekday()))
+    return earliest - dt.timedelta(days=1), dates[-1] + dt.timedelta(days=1)
+
+
+class ReadAndSpill(beam.DoFn):
+    """A row group -> events with plan and local day, up to the last metered date, spilled by shard."""
+
+    def __init__(self, accounts: pa.Table, last: dt.date, stage_root: str) -> None:
+        self.accounts, self.last, self.spill_root = accounts, last, lake.join(stage_root, "_spill")
+
+    def process(self, unit: tuple[str, int]):  # type: ignore[no-untyped-def]
+        path, group = unit
+        events = attach_accounts(
+            lake.open_parquet(path).read_row_group(group, columns=COLUMNS), self.accounts
+        )
+        events = events.filter(pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32())))
+        events = events.append_column(HASH, pa.array(stable_hash(events["account_id"]), pa.uint64()))
+        table, segments = shard_segments(events, METER_SHARDS)
+        if not segments:
+            return
+        spill = lake.join(
+            self.spill_root, hashlib.sha1(f"{path}#{group}".encode()).hexdigest()[:20] + ".arrow"
+        )
+        lake.write_ipc(spill, table)
+        for shard, offset, length in segments:
+            yield shard, (spill, offset, length)
+
+
+class AllocateShard(beam.DoFn):
+    """All events of a shard's accounts -> staged billable usage, pool balances and allocation records."""
+
+    def __init__(self, catalog: Catalog, first: dt.date, last: dt.date, stage_root: str) -> None:
+        self.catalog, self.first, self.last, self.stage_root = catalog, first, last, stage_root
+
+    def process(self, element):  # type: ignore[no-untyped-def]
+        shard, refs = element
+        spills: dict[str, pa.Table] = {}
+        parts = []
+        for path, offset, length in refs:
+            spills.setdefault(path, lake.read_ipc(path))
+            parts.append(spills[path].slice(offset, length))
+        events = pa.concat_tables(parts).combine_chunks()
+        result = allocate(events, self.catalog)
+        day = events["local_day"]
+        in_range = pc.and_(
+            pc.greater_equal(day, pa.scalar(self.first, pa.date32())),
+            pc.less_equal(day, pa.scalar(self.last, pa.date32())),
+        )
+        name = f"shard-{shard:04d}.parquet"
+        lake.write_parquet(
+            lake.join(self.stage_root, "billable", name),
+            billable_rows(events, result.included, result.overage, in_range),
+        )
+        pools = result.pools.filter(
+            pc.and_(
+                pc.greater_equal(result.pools["period_end"], pa.scalar(self.first, pa.date32())),
+                pc.less_equal(result.pools["period_start"], pa.scalar(self.last, pa.date32())),
+            )
+        )
+        lake.write_parquet(lake.join(self.stage_root, "pools", name), pools)
+        draws = result.draws
+        idx = draws["event_index"]
+        records = pa.table(
+            {
+                "event_id": events["event_id"].take(idx),
+                "event_time": events["event_time"].take(idx),
+                "account_id": events["account_id"].take(idx),
+                "local_day": day.take(idx),
+                "plan": draws["plan"],
+                "pool": draws["pool"],
+                "period_start": draws["period_start"],
+                "tokens": draws["tokens"],
+            }
+        ).filter(in_range.take(idx))
+        lake.write_parquet(lake.join(self.stage_root, ALLOCATIONS, name), records)
+        yield shard
+
+
+def billable_rows(events: pa.Table, included: np.ndarray, overage: np.ndarray, keep: pa.Array) -> pa.Table:
+    """Per (account, model, tier, local day, token kind): included and overage tokens."""
+    parts = []
+    for k, kind in enumerate(TOKEN_KINDS):
+        parts.append(
+            pa.table(
+                {
+                    "account_id": events["account_id"],
+                    "model": events["model"],
+                    "speed_tier": events["speed_tier"],
+                    "local_day": events["local_day"],
+                    "token_kind": pa.array([kind] * events.num_rows, pa.string()),
+                    "included_tokens": pa.array(included[:, k]),
+                    "overage_tokens": pa.array(overage[:, k]),
+                }
+            ).filter(keep)
+        )
+    rows = pa.concat_tables(parts)
+    keys = ["account_id", "model", "speed_tier", "local_day", "token_kind"]
+    g = rows.group_by(keys, use_threads=False).aggregate(
+        [("included_tokens", "sum"), ("overage_tokens", "sum")]
+    )
+    return g.rename_columns([c.removesuffix("_sum") for c in g.column_names])
+
+
+class MeterQuota(beam.PTransform):
+    def __init__(
+        self, catalog: Catalog, accounts: pa.Table, first: dt.date, last: dt.date, stage: str
+    ) -> None:
+        super().__init__()
+        self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
+
+    def expand(self, units):  # type: ignore[no-untyped-def]
+        return (
+            units
+            | "ReadAndSpill" >> beam.ParDo(ReadAndSpill(self.accounts, self.last, self.stage))
+            | "GroupByAccountShard" >> beam.GroupByKey()
+            | "AllocateShard" >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage))
+        )
+
+
+def load_accounts_table(engine) -> pa.Table:  # type: ignore[no-untyped-def]
+    t = Account.__table__
+    with engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(select(t))]
+    schema = pa.schema(
+        [
+            ("account_id", pa.string()),
+            ("active_from", pa.date32()),
+            ("active_until", pa.date32()),
+            ("plan", pa.string()),
+            ("timezone", pa.string()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _staged(stage: str, name: str) -> pa.Table | None:
+    files = lake.list_files(lake.join(stage, name))
+    tables = [lake.read_parquet(f) for f in files]
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else None
+
+
+def run(argv: list[str] | None = None) -> dict[str, int]:
+    """Meter the local dates; returns row counts loaded."""
+    options = pipeline_options(argv)
+    opts = options.view_as(MeterOptions)
+    dates = meter_dates(opts)
+    first, last = dates[0], dates[-1]
+    catalog = load_catalog(opts.config)
+    engine = make_engine(opts.database_url)
+    require_schema(engine)
+    accounts = load_accounts_table(engine)
+    lo, hi = read_window(dates)
+    utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
+    run_id = opts.run_id or f"meter-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    stage = lake.staging(opts.lake, run_id)
+    try:
+        files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
+        with make_pipeline(options) as p:
+            _ = (
+                p
+                | "ReadUnits" >> beam.Create(lake.row_groups(files))
+                | "MeterQuota" >> MeterQuota(catalog, accounts, first, last, stage)
+            )
+        billable, pools, records = (_staged(stage, n) for n in ("billable", "pools", ALLOCATIONS))
+        with engine.begin() as conn:
+            replace_rows(
+                conn,
+                BillableUsage.__table__,
+                "local_day",
+                dates,
+                billable if billable is not None else pa.table({}),
+            )
+            pt = PoolUsage.__table__
+            conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
+            if pools is not None:
+                from pipelines.warehouse import insert_arrow
+
+                insert_arrow(conn, pt, pools)
+        _commit_allocations(opts.lake, stage, run_id, records, dates)
+    finally:
+        lake.discard(stage)
+        engine.dispose()
+    return {
+        "billable_usage": 0 if billable is None else billable.num_rows,
+        "pool_usage": 0 if pools is None else pools.num_rows,
+        "allocations": 0 if records is None else records.num_rows,
+    }
+
+
+def _commit_allocations(
+    lake_root: str, stage: str, run_id: str, records: pa.Table | None, dates: list[dt.date]
+) -> None:
+    """One partition per local day: the day's allocation records replace the previous ones."""
+    for day in dates:
+        rows = None
+        if records is not None:
+            rows = records.filter(pc.equal(records["local_day"], pa.scalar(day, pa.date32())))
+        staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
+        if rows is not None and rows.num_rows:
+            lake.write_parquet(lake.join(staged, "part-0000.parquet"), rows)
+        elif lake.is_local(staged):
+            import os
+
+            os.makedirs(staged, exist_ok=True)
+        lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
