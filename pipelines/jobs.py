@@ -9,8 +9,12 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from billing.quota import period_end, period_start
 from pipelines import aggregate, ingest, meter
 from pipelines.settings import Settings
+from schemas.catalog import Catalog
 
 Step = Callable[[str], None]  # progress callback: called with a step name when it starts
 
@@ -36,6 +40,24 @@ def contiguous(dates: list[dt.date]) -> list[list[dt.date]]:
         else:
             runs.append([d])
     return runs
+
+
+def meter_dates_for(utc_dates: list[dt.date], catalog: Catalog) -> list[dt.date]:
+    """Local dates to re-meter when these UTC dates changed.
+
+    A UTC date's events fall on the local dates around it (UTC-12 .. UTC+14); an event changes the
+    balance of every later event of its pool period, so metering runs to the end of the longest
+    period containing those dates.
+    """
+    periods = {pool.period for plan in catalog.plans for pool in plan.pools} or {"day"}
+    longest = "month" if "month" in periods else ("week" if "week" in periods else "day")
+    local: set[dt.date] = set()
+    for d in utc_dates:
+        start = d - dt.timedelta(days=1)
+        last = d + dt.timedelta(days=1)
+        end = period_end(period_start(np.array([last], dtype="datetime64[D]"), longest), longest)[0].item()
+        local.update(start + dt.timedelta(days=i) for i in range((end - start).days + 1))
+    return sorted(local)
 
 
 def ingest_and_aggregate(
@@ -73,9 +95,7 @@ def ingest_and_aggregate(
     for run_dates in contiguous(runnable):
         aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
     step("meter")
-    # A UTC date's events fall on the local dates around it (UTC-12 .. UTC+14).
-    local = {d + dt.timedelta(days=k) for d in runnable for k in (-1, 0, 1)}
-    for run_dates in contiguous(sorted(local)):
+    for run_dates in contiguous(meter_dates_for(runnable, settings.catalog)):
         meter.run([*settings.argv(), *date_args(run_dates), *beam_args])
     quality.require_passed(reports, settings.lake)
     return DayResult(result, runnable)

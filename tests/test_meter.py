@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,3 +97,76 @@ def test_quota_show_prints_each_pool(ingested, capsys):
     assert f"plan {row.plan}" in out and f"{row.pool}" in out and "resets" in out
     code = main(["--database-url", ingested.database_url, "quota", "show", "--account", "nobody"])
     assert code == 2
+
+
+def test_run_day_meters_to_the_end_of_the_periods_its_dates_touch(catalog):
+    from pipelines.jobs import meter_dates_for
+
+    got = meter_dates_for([dt.date(2026, 3, 4)], catalog)  # weekly pools: Wed -> through Sunday 8 March
+    assert got[0] == dt.date(2026, 3, 3) and got[-1] == dt.date(2026, 3, 8) and len(got) == 6
+
+
+def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
+    sqlite_settings, catalog, tmp_path
+):
+    import json
+
+    from pipelines.jobs import ingest_and_aggregate
+
+    engine = make_engine(sqlite_settings.database_url)
+    load_accounts(engine, Path(sqlite_settings.landing) / "accounts.csv", catalog)
+    dates = small_dates()
+    landing = tmp_path / "landing"
+    shutil.copytree(sqlite_settings.landing, landing)
+    settings = replace(sqlite_settings, landing=str(landing))
+    ingest_and_aggregate(settings, dates)  # all four days metered
+    day4 = dates[3]
+
+    def rows_of_day4() -> list[tuple]:
+        return [r for r in table_rows(settings.database_url, BillableUsage) if r[3] == day4]
+
+    # The busiest pro account in UTC on the fourth day: a big request earlier in its week changes it.
+    b = BillableUsage.__table__
+    with engine.connect() as conn:
+        busy = (
+            conn.execute(
+                select(b.c.account_id)
+                .where(b.c.local_day == day4, b.c.included_tokens > 0)
+                .group_by(b.c.account_id)
+                .order_by(func.sum(b.c.included_tokens).desc())
+            )
+            .scalars()
+            .all()
+        )
+    utc_pro = {
+        line.split(",")[0]
+        for line in (landing / "accounts.csv").read_text().splitlines()
+        if ",pro,UTC," in line
+    }
+    account = next(a for a in busy if a in utc_pro)
+    before = rows_of_day4()
+    late = {
+        "event_id": "late-heavy",
+        "event_time": f"{dates[0]}T12:00:00Z",
+        "account_id": account,
+        "model": "gpt-5.6-sol",
+        "speed_tier": "standard",
+        "input_tokens": 1_990_000,
+        "cached_input_tokens": 0,
+        "output_tokens": 10_000,
+        "status": "ok",
+    }
+    # It arrives with the second landing date: the fourth day's rows (same week) must be re-metered.
+    (landing / dates[1].isoformat() / "late.jsonl").write_text(json.dumps(late) + "\n")
+    ingest_and_aggregate(settings, [dates[1]])
+    assert rows_of_day4() != before  # the late request used the week's allowance: day 4 moved to overage
+    incremental = table_rows(settings.database_url, BillableUsage)
+
+    full = replace(settings, database_url=f"sqlite:///{tmp_path / 'full.db'}")
+    upgrade(make_engine(full.database_url))
+    load_accounts(make_engine(full.database_url), landing / "accounts.csv", catalog)
+    last = max(r[3] for r in incremental)
+    meter.run(
+        [*full.argv(), "--from", (dates[0] - dt.timedelta(days=1)).isoformat(), "--to", last.isoformat()]
+    )
+    assert incremental == table_rows(full.database_url, BillableUsage)
