@@ -261,3 +261,85 @@ def attach_accounts(events: pa.Table, accounts: pa.Table) -> pa.Table:
     return events.append_column("local_day", out["local_day"]).append_column(
         "plan", out["plan"].cast(pa.string())
     )
+
+
+def own_pool_models(catalog: Catalog) -> list[str]:
+    """Models that some plan gives a pool of their own (named in ``models``, not through "*")."""
+    named = {
+        m for plan in catalog.plans for pool in plan.pools if "*" not in pool.models for m in pool.models
+    }
+    return [m for m in catalog.model_ids if m in named]
+
+
+def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, model: str) -> pa.Table:
+    """Per ISO week (account-local): how much of ``model``'s use came while the main pool was empty.
+
+    ``events``: event_time, account_id, model, input_tokens, output_tokens, plan, local_day.
+    ``pools``: pool_usage rows (account_id, plan, pool, period_start, exhausted_at). The main pool of
+    a plan is its pool covering "*"; an event counts as backup-tank use when that pool's balance for
+    the event's period was exhausted at or before the event.
+    """
+    sel = events.filter(pc.equal(events["model"], model))
+    n = sel.num_rows
+    day = sel["local_day"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
+    exhausted_at = pa.nulls(n, pa.timestamp("us", tz="UTC"))
+    for plan in catalog.plans:
+        main = [p for p in plan.pools_in_draw_order() if "*" in p.models]
+        if not main:
+            continue
+        pool = main[0]
+        keyed = pa.table(
+            {
+                "_row": np.arange(n),
+                "account_id": sel["account_id"],
+                "plan": sel["plan"],
+                "period_start": pa.array(period_start(day, pool.period)).cast(pa.date32()),
+            }
+        )
+        keyed = keyed.filter(pc.equal(keyed["plan"], plan.id))
+        balances = pools.filter(pc.and_(pc.equal(pools["plan"], plan.id), pc.equal(pools["pool"], pool.id)))
+        joined = keyed.join(
+            balances.select(["account_id", "period_start", "exhausted_at"]),
+            ["account_id", "period_start"],
+            join_type="inner",
+        )
+        if joined.num_rows:
+            idx = joined["_row"].to_numpy()
+            merged = np.full(n, np.datetime64("NaT"), dtype="datetime64[us]")
+            merged[idx] = joined["exhausted_at"].cast(pa.timestamp("us")).to_numpy(zero_copy_only=False)
+            prior = np.asarray(
+                exhausted_at.cast(pa.timestamp("us")).to_numpy(zero_copy_only=False), dtype="datetime64[us]"
+            )
+            merged = np.where(np.isnat(merged), prior, merged)
+            exhausted_at = pa.array(merged, pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
+    times = sel["event_time"]
+    backup = pc.fill_null(pc.less_equal(exhausted_at, times), False)
+    tokens = pc.add(sel["input_tokens"], sel["output_tokens"])
+    weeks = pa.array(period_start(day, "week")).cast(pa.date32())
+    table = pa.table(
+        {
+            "week_start": weeks,
+            "account_id": sel["account_id"],
+            "tokens": tokens,
+            "backup_tokens": pc.if_else(backup, tokens, 0),
+            "backup_account": pc.if_else(backup, sel["account_id"], pa.nulls(n, pa.string())),
+        }
+    )
+    g = table.group_by("week_start", use_threads=False).aggregate(
+        [
+            ("tokens", "sum"),
+            ("backup_tokens", "sum"),
+            ("account_id", "count_distinct"),
+            ("backup_account", "count_distinct"),
+        ]
+    )
+    out = pa.table(
+        {
+            "week_start": g["week_start"],
+            "tokens": g["tokens_sum"],
+            "backup_tokens": g["backup_tokens_sum"],
+            "accounts": g["account_id_count_distinct"],
+            "backup_accounts": g["backup_account_count_distinct"],
+        }
+    )
+    return out.sort_by("week_start")

@@ -166,6 +166,7 @@ def run_demo(
     _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
     _speed(out, speed_by_model_tier(engine))
     _quota(out, engine, metered)
+    _backup_tank(out, engine, settings)
     failed = [r for r in reports if r.failed_errors]
     out.print(
         f"data quality: {len(reports)} partitions checked, {len(failed)} failed"
@@ -189,6 +190,59 @@ def _quota(out: Console, engine: Engine, metered: dict[str, int]) -> None:
         f"{over / 1e9:,.1f}B overage; exhausted: "
         + ", ".join(f"{pool} {n_ex:,} of {n:,}" for pool, n, n_ex in sorted(exhausted))
     )
+
+
+def _backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
+    """For each model with its own pool: share of its weekly use while the main pool was exhausted."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from billing.quota import attach_accounts, backup_tank_weekly, own_pool_models
+    from pipelines.meter import load_accounts_table
+
+    p = PoolUsage.__table__
+    with engine.connect() as conn:
+        rows = [
+            dict(r._mapping)
+            for r in conn.execute(
+                select(p.c.account_id, p.c.plan, p.c.pool, p.c.period_start, p.c.exhausted_at).where(
+                    p.c.exhausted_at.is_not(None)
+                )
+            )
+        ]
+    pools = pa.Table.from_pylist(
+        rows,
+        schema=pa.schema(
+            [
+                ("account_id", pa.string()),
+                ("plan", pa.string()),
+                ("pool", pa.string()),
+                ("period_start", pa.date32()),
+                ("exhausted_at", pa.timestamp("us", tz="UTC")),
+            ]
+        ),
+    )
+    accounts = load_accounts_table(engine)
+    for model in own_pool_models(settings.catalog):
+        events = ds.dataset(lake.join(settings.lake, lake.EVENTS), format="parquet").to_table(
+            columns=["event_time", "account_id", "model", "input_tokens", "output_tokens"],
+            filter=pc.field("model") == model,
+        )
+        weekly = backup_tank_weekly(attach_accounts(events, accounts), pools, settings.catalog, model)
+        table = Table(
+            title=f"{model}: use while the main pool was exhausted (backup tank)",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        for col in ("week", "accounts", "of them backup", "token share backup"):
+            table.add_column(col, justify="left" if col == "week" else "right", no_wrap=True)
+        for r in weekly.to_pylist()[::4] + weekly.to_pylist()[-1:]:
+            share = r["backup_tokens"] / r["tokens"] if r["tokens"] else 0
+            table.add_row(
+                str(r["week_start"]), f"{r['accounts']:,}", f"{r['backup_accounts']:,}", f"{share:.0%}"
+            )
+        out.print(table)
 
 
 def _speed(out: Console, rows: list[dict]) -> None:

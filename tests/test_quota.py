@@ -335,3 +335,65 @@ def test_attach_accounts_gives_local_day_and_the_plan_in_force():
         ("c", dt.date(2026, 3, 2), None),
         ("d", dt.date(2026, 3, 1), None),
     ]
+
+
+def test_backup_tank_share_counts_use_after_the_main_pool_ran_out():
+    from billing.quota import backup_tank_weekly, own_pool_models
+
+    catalog = parse_catalog(
+        {
+            "currency": "USD",
+            "models": [
+                {"id": "fast", "launched": dt.date(2026, 1, 1)},
+                {"id": "big", "launched": dt.date(2026, 1, 1)},
+            ],
+            "plans": [
+                {
+                    "id": "pro",
+                    "monthly_fee": "1",
+                    "pools": [
+                        {
+                            "id": "fast",
+                            "models": ["fast"],
+                            "allowance_tokens": 10_000,
+                            "period": "week",
+                            "priority": 1,
+                        },
+                        {
+                            "id": "main",
+                            "models": ["*"],
+                            "exclude_models": ["fast"],
+                            "allowance_tokens": 100,
+                            "period": "week",
+                            "priority": 2,
+                        },
+                    ],
+                }
+            ],
+        }
+    )
+    assert own_pool_models(catalog) == ["fast"]
+    t0 = dt.datetime(2026, 3, 2, 8, tzinfo=dt.UTC)
+    events = _table(
+        [
+            _ev(1, t0, account="x", model="fast", inp=10, plan="pro"),  # before main ran out
+            _ev(
+                2, t0 + dt.timedelta(hours=1), account="x", model="big", inp=150, plan="pro"
+            ),  # exhausts main
+            _ev(3, t0 + dt.timedelta(hours=2), account="x", model="fast", inp=30, plan="pro"),  # backup tank
+            _ev(
+                4, t0 + dt.timedelta(hours=2), account="y", model="fast", inp=60, plan="pro"
+            ),  # y's main is fine
+        ]
+    )
+    result = allocate(events, catalog)
+    weekly = backup_tank_weekly(events, result.pools, catalog, "fast").to_pylist()
+    assert weekly == [
+        {
+            "week_start": dt.date(2026, 3, 2),
+            "tokens": 100,
+            "backup_tokens": 30,
+            "accounts": 2,
+            "backup_accounts": 1,
+        }
+    ]
