@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import uuid
 
 import apache_beam as beam
@@ -31,7 +32,7 @@ from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, parse_date, pipeline_options
 from pipelines.dedup import HASH, shard_segments, stable_hash
 from pipelines.errors import UsageBillingError
-from pipelines.warehouse import make_engine, replace_rows, require_schema
+from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
 from schemas.warehouse import Account, BillableUsage, PoolUsage
 
@@ -245,8 +246,6 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
             pt = PoolUsage.__table__
             conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
             if pools is not None:
-                from pipelines.warehouse import insert_arrow
-
                 insert_arrow(conn, pt, pools)
         _commit_allocations(opts.lake, stage, run_id, records, dates)
     finally:
@@ -271,7 +270,5 @@ def _commit_allocations(
         if rows is not None and rows.num_rows:
             lake.write_parquet(lake.join(staged, "part-0000.parquet"), rows)
         elif lake.is_local(staged):
-            import os
-
             os.makedirs(staged, exist_ok=True)
         lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
