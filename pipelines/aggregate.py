@@ -64,19 +64,24 @@ class CombineDayPartials(beam.CombineFn):
     def create_accumulator(self) -> list[DayPartials]:
         return []
 
-    def add_input(self, acc: list[DayPartials], value: DayPartials) -> list[DayPartials]:
+    def add_input(self, acc: list, value: DayPartials) -> list:
         acc.append(value)
-        return [DayPartials.combine(acc)] if len(acc) >= COMPACT_EVERY else acc
+        return (
+            [DayPartials.combine([DayPartials.unpacked(p) for p in acc])]
+            if len(acc) >= COMPACT_EVERY
+            else acc
+        )
 
     def merge_accumulators(self, accs: Iterable[list[DayPartials]]) -> list[DayPartials]:
-        return [DayPartials.combine([p for acc in accs for p in acc])]
+        return [DayPartials.combine([DayPartials.unpacked(p) for acc in accs for p in acc])]
 
     def compact(self, acc: list[DayPartials]) -> list[DayPartials]:
-        """Called before an accumulator is shipped between stages: send one re-summed partial."""
-        return [DayPartials.combine(acc)] if len(acc) > 1 else acc
+        """Called before an accumulator is shipped between stages: one re-summed partial as compressed
+        Arrow IPC bytes (the runner's data plane holds shipped bytes several times over)."""
+        return [DayPartials.combine([DayPartials.unpacked(p) for p in acc]).packed()]
 
     def extract_output(self, acc: list[DayPartials]) -> DayPartials:
-        return DayPartials.combine(acc)
+        return DayPartials.combine([DayPartials.unpacked(p) for p in acc])
 
 
 OUTPUTS = ("usage", "errors", "speed")

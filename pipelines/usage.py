@@ -105,6 +105,23 @@ class DayPartials:
             resum([p.speed for p in parts], SPEED_SCHEMA),
         )
 
+    def packed(self) -> bytes:
+        """zstd-compressed Arrow IPC of the three tables: small to ship between pipeline stages."""
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        for table in (self.usage, self.errors, self.speed):
+            with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+                writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+
+    @classmethod
+    def unpacked(cls, value: DayPartials | bytes) -> DayPartials:
+        if isinstance(value, DayPartials):
+            return value
+        reader = pa.BufferReader(value)
+        tables = [pa.ipc.open_stream(reader).read_all() for _ in range(3)]
+        return cls(*tables)
+
     def filter_day(self, day: object) -> DayPartials:
         def on(t: pa.Table) -> pa.Table:
             return t.filter(pc.equal(t["day"], pa.scalar(day, pa.date32())))
