@@ -71,7 +71,7 @@ with beam.Pipeline(options=beam.options.pipeline_options.PipelineOptions(["--run
 
 
 def _generate(lake_root: Path, events: int) -> int:
-    """Events into lake partitions, generated in chunks of at most 5M (bounded generator memory)."""
+    """Exactly ``events`` events into lake partitions, generated in 3-day chunks (bounded memory)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -86,7 +86,7 @@ def _generate(lake_root: Path, events: int) -> int:
             start=START + dt.timedelta(days=i * chunk_days),
             days=chunk_days,
             accounts=5000,
-            events_per_day=events // DAYS,
+            events_per_day=int(events / DAYS * 1.2),
             seed=100 + i,
             duplicate_rate=0,
             late_rate=0,
@@ -94,7 +94,9 @@ def _generate(lake_root: Path, events: int) -> int:
         table = generate(catalog, cfg).events.drop_columns(["landing_date"])
         day = pc.cast(table["event_time"], "date32")
         for d in pc.unique(day).to_pylist():
-            part = table.filter(pc.equal(day, d))
+            part = table.filter(pc.equal(day, d)).slice(0, events - written)  # exactly `events` in all
+            if part.num_rows == 0:
+                continue
             folder = lake_root / "events" / f"date={d}"
             folder.mkdir(parents=True, exist_ok=True)
             pq.write_table(part, folder / "part-0000.parquet", row_group_size=256 * 1024, compression="zstd")
@@ -173,7 +175,7 @@ def main() -> None:
         f"""
 Command: `{command_line("benchmarks.aggregate")}`
 Machine: {machine()}
-Data: generator events over {DAYS} days, 5,000 accounts, Parquet with 256k-row row groups.
+Data: exactly the stated number of generator events, over up to {DAYS} days, 5,000 accounts, Parquet with 256k-row row groups.
 
 | events | engine | wall | events/s | peak RSS (tree) | speed vs DuckDB |
 |---|---|---:|---:|---:|---:|
@@ -184,6 +186,8 @@ Data: generator events over {DAYS} days, 5,000 accounts, Parquet with 256k-row r
 - Throughput vs the naive one-dict-per-event pipeline: {best[large] / naive_eps:.0f}x (target: at least 50x).
 - Peak RSS (in process): {rss_small:,.0f} MB at {small:,} and {rss_large:,.0f} MB at {large:,} events,
   {100 * (rss_large / rss_small - 1):+.0f}% (targets: under 1 GB; under +25%).
+- With 2 worker processes the tree's peak is higher (each worker holds its own Beam and Arrow
+  runtime); the targets are met in process, the default.
 - This pipeline also loads usage_daily, usage_daily_errors, model_daily and model_weekly_accounts into
   SQLite in one transaction; DuckDB writes its results to Parquet. Wall includes process start-up.
 """,
