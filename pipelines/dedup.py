@@ -15,7 +15,6 @@ quarantined as ``conflicting_duplicate``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -95,13 +94,6 @@ def shard_segments(table: pa.Table, shards: int) -> tuple[pa.Table, list[tuple[i
     ends = np.concatenate((bounds, [len(shard)]))
     segments = [(int(shard[s]), int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)]
     return table.take(pa.array(order)), segments
-
-
-def split_by_shard(table: pa.Table, shards: int) -> Iterator[tuple[int, pa.Table]]:
-    """(shard, rows) groups with their own buffers (for callers that pass tables, not spill files)."""
-    table, segments = shard_segments(table, shards)
-    for shard, offset, length in segments:
-        yield shard, table.take(pa.array(np.arange(offset, offset + length)))
 
 
 class ExistingShard(Protocol):

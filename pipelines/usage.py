@@ -174,11 +174,6 @@ def partial_usage(events: pa.Table) -> DayPartials:
     )
 
 
-def combine_usage(parts: list[pa.Table]) -> pa.Table:
-    """Re-aggregate usage partial tables into one row per (day, account, model, tier)."""
-    return resum(parts, USAGE_SCHEMA)
-
-
 def quantiles_from_histogram(speed: pa.Table, qs: tuple[float, ...] = (0.5, 0.95)) -> pa.Table:
     """Per (day, model, tier): the requested quantiles of output tokens per second (bin middles)."""
     rows = []

@@ -7,7 +7,6 @@ the previous rows in place.
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 from collections.abc import Iterable
 from pathlib import Path
@@ -156,7 +155,3 @@ def _copy(conn: Connection, table: Table, rows: pa.Table) -> None:
         view = buf.getbuffer()
         for start in range(0, len(view), 1 << 20):
             copy.write(view[start : start + (1 << 20)])
-
-
-def as_dates(values: Iterable[str | dt.date]) -> list[dt.date]:
-    return sorted({v if isinstance(v, dt.date) else dt.date.fromisoformat(v) for v in values})

@@ -71,7 +71,3 @@ QUARANTINE_SCHEMA = pa.schema(
     ],
     metadata={"name": "quarantine", "version": str(SCHEMA_VERSION)},
 )
-
-
-def empty_quarantine() -> pa.Table:
-    return QUARANTINE_SCHEMA.empty_table()

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import dedup
-from pipelines.dedup import HASH, dedup_shard, shard_of, sorted_hashes, split_by_shard, stable_hash, with_hash
+from pipelines.dedup import HASH, dedup_shard, shard_of, shard_segments, sorted_hashes, stable_hash, with_hash
 from schemas.events import LAKE_SCHEMA
 from schemas.jsonl import ROW_NUMBER
 
@@ -84,15 +84,15 @@ def test_hash_known_values_do_not_drift():
     assert len(set(stable_hash(pa.array([f"id{i}" for i in range(1000)])).tolist())) == 1000
 
 
-def test_split_groups_by_shard_with_compact_tables():
+def test_shard_segments_sort_once_and_cover_every_row():
     t = pa.concat_tables(
         [_rows([f"e{i}" for i in range(50)], day=1), _rows([f"f{i}" for i in range(50)], day=2)]
     )
-    groups = list(split_by_shard(t, 4))
-    assert sum(g.num_rows for _, g in groups) == 100
-    for shard, g in groups:
-        assert set(shard_of(g["event_id"], 4).tolist()) == {shard}
-        assert g["event_id"].chunk(0).offset == 0  # its own buffers, not a slice of the input
+    table, segments = shard_segments(t, 4)
+    assert sum(length for _, _, length in segments) == 100 == table.num_rows
+    assert [s for s, _, _ in segments] == sorted({s for s, _, _ in segments})
+    for shard, offset, length in segments:
+        assert set(shard_of(table.slice(offset, length)["event_id"], 4).tolist()) == {shard}
 
 
 def test_identical_resend_is_a_duplicate_and_different_payload_a_conflict():
