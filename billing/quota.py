@@ -282,7 +282,8 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
     sel = events.filter(pc.equal(events["model"], model))
     n = sel.num_rows
     day = sel["local_day"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
-    exhausted_at = pa.nulls(n, pa.timestamp("us", tz="UTC"))
+    # Each event has one plan, so the per-plan matches below never overlap.
+    exhausted = np.full(n, np.datetime64("NaT"), dtype="datetime64[us]")
     for plan in catalog.plans:
         main = [p for p in plan.pools_in_draw_order() if "*" in p.models]
         if not main:
@@ -303,15 +304,10 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
             ["account_id", "period_start"],
             join_type="inner",
         )
-        if joined.num_rows:
-            idx = joined["_row"].to_numpy()
-            merged = np.full(n, np.datetime64("NaT"), dtype="datetime64[us]")
-            merged[idx] = joined["exhausted_at"].cast(pa.timestamp("us")).to_numpy(zero_copy_only=False)
-            prior = np.asarray(
-                exhausted_at.cast(pa.timestamp("us")).to_numpy(zero_copy_only=False), dtype="datetime64[us]"
-            )
-            merged = np.where(np.isnat(merged), prior, merged)
-            exhausted_at = pa.array(merged, pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
+        exhausted[joined["_row"].to_numpy()] = (
+            joined["exhausted_at"].cast(pa.timestamp("us")).to_numpy(zero_copy_only=False)
+        )
+    exhausted_at = pa.array(exhausted, pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
     times = sel["event_time"]
     backup = pc.fill_null(pc.less_equal(exhausted_at, times), False)
     tokens = pc.add(sel["input_tokens"], sel["output_tokens"])

@@ -231,8 +231,11 @@ def commit(staged_dir: str, final_dir: str, run_id: str, carry_over: bool = Fals
     """Make ``staged_dir`` the content of ``final_dir``.
 
     With ``carry_over``, files of the current partition that the staged one lacks (by name) are kept:
-    a run that rewrote only some shards of a date still commits the whole date at once.
+    a run that rewrote only some shards of a date still commits the whole date at once. A staged
+    folder that does not exist commits an empty partition.
     """
+    if is_local(staged_dir):
+        os.makedirs(staged_dir, exist_ok=True)
     if carry_over and exists(final_dir):
         staged_names = {posixpath.basename(p) for p in list_files(staged_dir, "*")}
         for path in list_files(final_dir, "*"):

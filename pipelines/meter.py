@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import uuid
 
 import apache_beam as beam
@@ -269,6 +268,4 @@ def _commit_allocations(
         staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
         if rows is not None and rows.num_rows:
             lake.write_parquet(lake.join(staged, "part-0000.parquet"), rows)
-        elif lake.is_local(staged):
-            os.makedirs(staged, exist_ok=True)
         lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
