@@ -147,11 +147,20 @@ def _runs(hashes: np.ndarray, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     The order is stable, so within one id the input order (first copy first) is kept.
     """
     n = len(hashes)
-    order = np.argsort(hashes, kind="stable")
+    order = np.argsort(hashes)  # introsort: 4x a stable sort; only equal hashes need stability
     hs = hashes[order]
-    sorted_ids = ids.take(pa.array(order))
     same_hash = hs[1:] == hs[:-1]
-    same_id = _same(sorted_ids.slice(1), sorted_ids.slice(0, n - 1)) if n > 1 else np.zeros(0, bool)
+    if same_hash.any():  # restore input order inside each run of equal hashes (few, short)
+        in_run = np.zeros(n, bool)
+        in_run[1:] |= same_hash
+        in_run[:-1] |= same_hash
+        members = np.flatnonzero(in_run)
+        run = np.cumsum(~np.concatenate(([False], same_hash))[members])
+        order[members] = order[members][np.lexsort((order[members], run))]
+    same_id = np.zeros(max(n - 1, 0), bool)
+    pairs = np.flatnonzero(same_hash)  # only neighbours with equal hashes can hold equal ids
+    if len(pairs):
+        same_id[pairs] = _same(ids.take(pa.array(order[pairs + 1])), ids.take(pa.array(order[pairs])))
     if (same_hash & ~same_id).any():  # a 64-bit collision between different ids: sort by the id too
         keyed = pa.table({"h": hashes, "id": ids, "pos": np.arange(n)})
         order = keyed.sort_by([("h", "ascending"), ("id", "ascending"), ("pos", "ascending")])[
@@ -164,8 +173,11 @@ def _runs(hashes: np.ndarray, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return order, first
 
 
-def _lake_matches(ids: pa.Array, hashes: np.ndarray, existing: ExistingShard) -> pa.Table:
-    """Rows already in the lake whose event_id is one of ``ids`` (exact, read back only on hash hits)."""
+def _lake_matches(
+    ids: pa.Array, positions: np.ndarray, hashes: np.ndarray, existing: ExistingShard
+) -> pa.Table:
+    """Rows already in the lake whose event_id is one of ``ids[positions]`` (``hashes`` are theirs):
+    exact, and only ids whose hash the lake's index holds are looked up and read back."""
     found: list[pa.Table] = []
     for day in existing.dates():
         known = existing.hashes(day)
@@ -174,14 +186,19 @@ def _lake_matches(ids: pa.Array, hashes: np.ndarray, existing: ExistingShard) ->
         pos = np.clip(np.searchsorted(known, hashes), 0, len(known) - 1)
         hit = known[pos] == hashes
         if hit.any():
-            rows = existing.rows(day, ids.filter(pa.array(hit)))
+            rows = existing.rows(day, ids.take(pa.array(positions[hit])))
             if rows.num_rows:
                 found.append(rows.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA))
     return pa.concat_tables(found) if found else LAKE_SCHEMA.empty_table()
 
 
 def _take(table: pa.Table, positions: np.ndarray) -> pa.Table:
-    return table.take(pa.array(positions, pa.int64()))
+    """table.take for a few positions of a table of many chunks: a take on a chunked table joins all
+    its chunks first (a copy of every column); a filter works chunk by chunk, then a take orders it."""
+    unique, inverse = np.unique(positions, return_inverse=True)
+    mask = np.zeros(table.num_rows, bool)
+    mask[unique] = True
+    return table.filter(pa.array(mask)).combine_chunks().take(pa.array(inverse, pa.int64()))
 
 
 def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
@@ -199,7 +216,7 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
 
     # A copy is compared with the lake's row if its id is already stored, else with the run's first.
     first_pos = order[first]
-    lake = _lake_matches(ids.take(pa.array(first_pos)), hashes[first_pos], existing)
+    lake = _lake_matches(ids, first_pos, hashes[first_pos], existing)
     lake_index = np.full(n, -1, np.int64)  # per sorted row: row of ``lake`` with the same id, or -1
     if lake.num_rows:
         idx = pc.index_in(ids.take(pa.array(order)), value_set=lake["event_id"])
@@ -224,19 +241,21 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     conflict_pos = check_pos[~identical]
 
     # New rows per event date, in arrival order (a sequential read of the spill, or none at all).
-    new_pos = np.sort(order[is_new])
+    keep = np.zeros(n, bool)
+    keep[order[is_new]] = True
     writes: dict[dt.date, pa.Table] = {}
     write_hashes: dict[dt.date, np.ndarray] = {}
     fresh: list[pa.Table] = []
-    if len(new_pos):
-        lake_rows_of_new = new if len(new_pos) == n else _take(new, new_pos)
+    if keep.any():
+        # A filter keeps arrival order and copies contiguous runs: much cheaper than a take.
+        lake_rows_of_new = new if keep.all() else new.filter(pa.array(keep))
         lake_rows_of_new = lake_rows_of_new.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
         day_of = pc.cast(lake_rows_of_new["event_time"], pa.date32()).to_numpy().astype("datetime64[D]")
-        new_hashes = hashes[new_pos]
+        new_hashes = hashes[keep]
         days = np.unique(day_of)
         for day in days:
-            on_day = None if len(days) == 1 else np.flatnonzero(day_of == day)
-            rows = lake_rows_of_new if on_day is None else _take(lake_rows_of_new, on_day)
+            on_day = None if len(days) == 1 else day_of == day
+            rows = lake_rows_of_new if on_day is None else lake_rows_of_new.filter(pa.array(on_day))
             day_hashes = new_hashes if on_day is None else new_hashes[on_day]
             fresh.append(rows)
             current = existing.full(day.item())
