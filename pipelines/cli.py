@@ -41,6 +41,8 @@ dq_app = typer.Typer(no_args_is_help=True, help="Data-quality gate on clean lake
 app.add_typer(dq_app, name="dq")
 quota_app = typer.Typer(no_args_is_help=True, help="Quota pools: metering and balances.")
 app.add_typer(quota_app, name="quota")
+invoices_app = typer.Typer(no_args_is_help=True, help="Invoices: draft, finalize, void, export.")
+app.add_typer(invoices_app, name="invoices")
 
 BEAM = {"allow_extra_args": True, "ignore_unknown_options": True}
 DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-DD")]
@@ -284,6 +286,71 @@ def quota_show(
     out.print(view.header)
     for line in view.lines:
         out.print(line, markup=False, highlight=False)
+
+
+MonthOpt = Annotated[str, typer.Option("--month", help="account-local calendar month, YYYY-MM")]
+
+
+def _invoice_engine(ctx: typer.Context):  # type: ignore[no-untyped-def]
+    from pipelines.warehouse import make_engine, require_schema
+
+    engine = make_engine(_settings(ctx).database_url)
+    require_schema(engine)
+    return engine
+
+
+@invoices_app.command("draft")
+def invoices_draft(ctx: typer.Context, month: MonthOpt) -> None:
+    """(Re)build the month's draft invoices and adjustments; finalized documents are never touched."""
+    from pipelines.invoicing import draft
+
+    with _step(f"drafting invoices for {month}"):
+        r = draft(_invoice_engine(ctx), _settings(ctx).catalog, month)
+    out.print(
+        f"{r.month}: {r.invoices:,} draft invoices, {r.adjustments:,} draft adjustments, {r.lines:,} lines, "
+        f"total {r.total:,.2f} {_settings(ctx).catalog.currency} (replaced {r.replaced_drafts:,} drafts)"
+    )
+
+
+@invoices_app.command("finalize")
+def invoices_finalize(ctx: typer.Context, month: MonthOpt) -> None:
+    """Number the month's drafts (INV-YYYYMM-NNNNNN, gapless) and freeze them."""
+    from pipelines.invoicing import finalize
+
+    r = finalize(_invoice_engine(ctx), month)
+    if r.finalized == 0:
+        out.print(f"{r.month}: no drafts to finalize")
+    else:
+        out.print(f"{r.month}: finalized {r.finalized:,} documents, {r.first_number} .. {r.last_number}")
+
+
+@invoices_app.command("void")
+def invoices_void(
+    ctx: typer.Context,
+    number: Annotated[str, typer.Option("--number", help="INV-YYYYMM-NNNNNN")],
+    reason: Annotated[str, typer.Option("--reason", help="why (recorded on the invoice)")],
+) -> None:
+    """Void a finalized invoice; the next draft of its month bills the account afresh."""
+    from pipelines.invoicing import void
+
+    account = void(_invoice_engine(ctx), number, reason)
+    out.print(f"voided {number} (account {account})")
+
+
+@invoices_app.command("export")
+def invoices_export(
+    ctx: typer.Context,
+    month: MonthOpt,
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+) -> None:
+    """Write invoices and lines (CSV or Parquet) and one printable HTML page per account."""
+    from pipelines.invoice_export import export
+
+    n = export(_invoice_engine(ctx), month, out_dir, fmt)
+    out.print(
+        f"{month}: {n['invoices']:,} documents, {n['lines']:,} lines, {n['html']:,} HTML pages in {out_dir}"
+    )
 
 
 @app.command("demo", context_settings=BEAM)

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import and_, delete, select
 
+from billing.pricing import rate_from
 from billing.quota import allocate, attach_accounts
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, parse_date, pipeline_options
@@ -33,7 +34,7 @@ from pipelines.dedup import HASH, shard_segments, stable_hash
 from pipelines.errors import UsageBillingError
 from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
-from schemas.warehouse import Account, BillableUsage, PoolUsage
+from schemas.warehouse import Account, BillableUsage, MeteredDay, PoolUsage
 
 ALLOCATIONS = "allocations"
 METER_SHARDS = 8
@@ -120,7 +121,11 @@ class AllocateShard(beam.DoFn):
         name = f"shard-{shard:04d}.parquet"
         lake.write_parquet(
             lake.join(self.stage_root, "billable", name),
-            billable_rows(events, result.included, result.overage, in_range),
+            billable_rows(events, result.included, result.overage, in_range, self.catalog),
+        )
+        lake.write_parquet(
+            lake.join(self.stage_root, "metered_days", name),
+            metered_days(events, result.included, result.overage, in_range),
         )
         pools = result.pools.filter(
             pc.and_(
@@ -147,8 +152,17 @@ class AllocateShard(beam.DoFn):
         yield shard
 
 
-def billable_rows(events: pa.Table, included: np.ndarray, overage: np.ndarray, keep: pa.Array) -> pa.Table:
-    """Per (account, model, tier, local day, token kind): included and overage tokens."""
+def billable_rows(
+    events: pa.Table, included: np.ndarray, overage: np.ndarray, keep: pa.Array, catalog: Catalog
+) -> pa.Table:
+    """Per (account, model, tier, local day, token kind, price in force): included and overage tokens.
+
+    ``rate_day`` is the UTC date of the row's first event: the day its price is looked up on. Events
+    of one local day priced differently (a price change at UTC midnight) get rows of their own.
+    """
+    utc_day = pc.cast(events["event_time"], pa.date32()).to_numpy().astype("datetime64[D]")
+    rate = rate_from(catalog, events["model"], events["speed_tier"], utc_day)
+    rate_key = np.where(np.isnat(rate), -1, rate.astype(np.int64))
     parts = []
     for k, kind in enumerate(TOKEN_KINDS):
         parts.append(
@@ -161,14 +175,37 @@ def billable_rows(events: pa.Table, included: np.ndarray, overage: np.ndarray, k
                     "token_kind": pa.array([kind] * events.num_rows, pa.string()),
                     "included_tokens": pa.array(included[:, k]),
                     "overage_tokens": pa.array(overage[:, k]),
+                    "rate_key": pa.array(rate_key),
+                    "rate_day": pa.array(utc_day),
                 }
             ).filter(keep)
         )
     rows = pa.concat_tables(parts)
-    keys = ["account_id", "model", "speed_tier", "local_day", "token_kind"]
+    keys = ["account_id", "model", "speed_tier", "local_day", "token_kind", "rate_key"]
     g = rows.group_by(keys, use_threads=False).aggregate(
-        [("included_tokens", "sum"), ("overage_tokens", "sum")]
+        [("included_tokens", "sum"), ("overage_tokens", "sum"), ("rate_day", "min")]
     )
+    g = g.drop_columns(["rate_key"])
+    return g.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in g.column_names])
+
+
+def metered_days(events: pa.Table, included: np.ndarray, overage: np.ndarray, keep: pa.Array) -> pa.Table:
+    """Tokens per (account-local day, UTC day): what ties billable usage (local days) to usage_daily
+    (UTC days) in the reconciliation, without a UTC day on every billable row."""
+    rows = pa.table(
+        {
+            "local_day": events["local_day"],
+            "utc_day": pc.cast(events["event_time"], pa.date32()),
+            "included_tokens": pa.array(included.sum(axis=1)),
+            "overage_tokens": pa.array(overage.sum(axis=1)),
+        }
+    ).filter(keep)
+    return sum_by(rows, ["local_day", "utc_day"])
+
+
+def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
+    values = [c for c in rows.column_names if c not in keys]
+    g = rows.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in values])
     return g.rename_columns([c.removesuffix("_sum") for c in g.column_names])
 
 
@@ -233,7 +270,11 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
                 | "ReadUnits" >> beam.Create(lake.row_groups(files))
                 | "MeterQuota" >> MeterQuota(catalog, accounts, first, last, stage)
             )
-        billable, pools, records = (_staged(stage, n) for n in ("billable", "pools", ALLOCATIONS))
+        billable, pools, records, days = (
+            _staged(stage, n) for n in ("billable", "pools", ALLOCATIONS, "metered_days")
+        )
+        if days is not None:
+            days = sum_by(days, ["local_day", "utc_day"])
         with engine.begin() as conn:
             replace_rows(
                 conn,
@@ -241,6 +282,9 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
                 "local_day",
                 dates,
                 billable if billable is not None else pa.table({}),
+            )
+            replace_rows(
+                conn, MeteredDay.__table__, "local_day", dates, days if days is not None else pa.table({})
             )
             pt = PoolUsage.__table__
             conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as csv
-from sqlalchemy import Connection, Engine, Table, create_engine, delete, event, insert, text
+from sqlalchemy import Connection, Engine, Executable, Table, create_engine, delete, event, insert, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
@@ -115,7 +115,8 @@ def insert_arrow(conn: Connection, table: Table, rows: pa.Table) -> int:
         _sqlite_executemany(conn, table, rows)
     else:
         for batch in rows.to_batches(max_chunksize=INSERT_BATCH_ROWS):
-            conn.execute(insert(table), batch.to_pylist())
+            if batch.num_rows:  # a concatenation can carry empty chunks
+                conn.execute(insert(table), batch.to_pylist())
     return rows.num_rows
 
 
@@ -146,6 +147,8 @@ def _sqlite_executemany(conn: Connection, table: Table, rows: pa.Table) -> None:
 def _copy(conn: Connection, table: Table, rows: pa.Table) -> None:
     """COPY ... FROM STDIN (FORMAT csv) through psycopg, inside the caller's transaction."""
     buf = io.BytesIO()
+    # pyarrow 25's CSV writer emits garbage for an empty leading chunk (a concatenation can carry one).
+    rows = pa.Table.from_batches([b for b in rows.to_batches() if b.num_rows], schema=rows.schema)
     # Quote every string, so an empty string stays '' and only unquoted empty fields are NULL.
     csv.write_csv(rows, buf, csv.WriteOptions(include_header=False, quoting_style="all_valid"))
     columns = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in rows.column_names)
@@ -155,3 +158,12 @@ def _copy(conn: Connection, table: Table, rows: pa.Table) -> None:
         view = buf.getbuffer()
         for start in range(0, len(view), 1 << 20):
             copy.write(view[start : start + (1 << 20)])
+
+
+def read_arrow(conn: Connection, statement: Executable, schema: pa.Schema) -> pa.Table:
+    """Run a Core SELECT whose result columns are ``schema``'s, in order, into an Arrow table."""
+    rows = conn.execute(statement).all()
+    if not rows:
+        return schema.empty_table()
+    columns = list(zip(*rows, strict=True))
+    return pa.table([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)

@@ -10,7 +10,18 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from sqlalchemy import JSON, BigInteger, Date, Float, MetaData, Numeric, String
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Date,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    Numeric,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TIMESTAMP
 
@@ -188,5 +199,91 @@ class BillableUsage(Base):
     token_kind: Mapped[str] = mapped_column(
         String(16), primary_key=True, comment="input | cached_input | output"
     )
+    rate_day: Mapped[dt.date] = mapped_column(
+        primary_key=True,
+        comment="UTC date of the row's first event: the day its price is looked up on",
+    )
     included_tokens: Mapped[int]
     overage_tokens: Mapped[int]
+
+
+class MeteredDay(Base):
+    """Metered tokens per account-local day and UTC day, over all accounts: the bridge between
+    usage_daily (UTC days) and billable usage and invoices (local days) in the reconciliation."""
+
+    __tablename__ = "metered_days"
+
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    utc_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    included_tokens: Mapped[int]
+    overage_tokens: Mapped[int]
+
+
+class Invoice(Base):
+    """One billing document: an account's invoice for a local calendar month, or an adjustment to it.
+
+    Idempotency key: (account_id, period, sequence); sequence 1 is the first document of the month.
+    Lifecycle draft -> finalized (numbered, immutable) -> void. A database trigger refuses to change
+    or delete a document that is not a draft, except voiding a finalized one.
+    """
+
+    __tablename__ = "invoices"
+    __table_args__ = (UniqueConstraint("account_id", "period", "sequence"),)
+
+    invoice_id: Mapped[str] = mapped_column(String(36), primary_key=True, comment="uuid")
+    account_id: Mapped[str]
+    period: Mapped[str] = mapped_column(String(7), comment="YYYY-MM, account-local calendar month")
+    sequence: Mapped[int] = mapped_column(Integer, comment="1, 2, ... per account and period")
+    kind: Mapped[str] = mapped_column(String(16), comment="invoice | adjustment")
+    status: Mapped[str] = mapped_column(String(16), comment="draft | finalized | void")
+    invoice_number: Mapped[str | None] = mapped_column(
+        String(20), unique=True, comment="INV-YYYYMM-NNNNNN, gapless per period, set when finalized"
+    )
+    corrects: Mapped[str | None] = mapped_column(
+        String(20), comment="adjustments: the number of the invoice they correct"
+    )
+    plan: Mapped[str | None] = mapped_column(
+        String(200), comment="plans in force in the month, comma separated"
+    )
+    currency: Mapped[str] = mapped_column(String(3))
+    subtotal: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="sum of the usage and fee lines")
+    total: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="sum of all lines")
+    created_at: Mapped[dt.datetime]
+    finalized_at: Mapped[dt.datetime | None]
+    voided_at: Mapped[dt.datetime | None]
+    void_reason: Mapped[str | None] = mapped_column(String(1000))
+
+
+class InvoiceLine(Base):
+    """One line of a billing document. Amount = quantity x unit price / 1M, half-up to cents."""
+
+    __tablename__ = "invoice_lines"
+
+    invoice_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("invoices.invoice_id", ondelete="RESTRICT"), primary_key=True
+    )
+    line_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    line_type: Mapped[str] = mapped_column(
+        String(16), comment="plan_fee | included_usage | overage_usage | adjustment"
+    )
+    adjusted_type: Mapped[str | None] = mapped_column(
+        String(16), comment="adjustment lines: the line type whose difference they carry"
+    )
+    model: Mapped[str | None] = mapped_column(String(100))
+    speed_tier: Mapped[str | None] = mapped_column(String(16))
+    token_kind: Mapped[str | None] = mapped_column(String(16))
+    description: Mapped[str] = mapped_column(String(400))
+    quantity: Mapped[int] = mapped_column(comment="tokens; active days for plan_fee")
+    unit_price: Mapped[Decimal] = mapped_column(
+        Numeric(20, 6), comment="per 1M tokens; the monthly fee for plan_fee"
+    )
+    amount: Mapped[Decimal] = mapped_column(Numeric(20, 2))
+
+
+class InvoiceCounter(Base):
+    """The last invoice number given out per period: locked by the finalizer (gapless numbering)."""
+
+    __tablename__ = "invoice_counters"
+
+    period: Mapped[str] = mapped_column(String(7), primary_key=True)
+    last_number: Mapped[int]

@@ -1,0 +1,130 @@
+"""Revision 0005: the finance views, and on PostgreSQL the read-only role ``finance_reader``.
+
+Finance reads these views, never raw tables: no events, no user ids. On PostgreSQL the role can
+SELECT the views and nothing else (a view runs with its owner's rights, so no table grant is
+needed); on SQLite there are no roles. The role is cluster-wide, so it is created when missing and
+left in place on downgrade (other databases of the cluster may grant to it); only its grants go.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+ROLE = "finance_reader"
+VIEWS = (
+    "finance_invoice_summary",
+    "finance_invoice_lines",
+    "finance_revenue_by_model_tier",
+    "finance_pool_utilization",
+    "finance_reconciliation",
+)
+
+
+def _month(column: str, dialect: str) -> str:
+    return f"to_char({column}, 'YYYY-MM')" if dialect == "postgresql" else f"substr({column}, 1, 7)"
+
+
+def _money(expression: str, dialect: str) -> str:
+    """PostgreSQL sums NUMERIC exactly; SQLite stores NUMERIC as REAL, so its sums are rounded to cents."""
+    return expression if dialect == "postgresql" else f"round({expression}, 2)"
+
+
+def _views(dialect: str) -> dict[str, str]:
+    charge = "coalesce(l.adjusted_type, l.line_type)"
+    fee = _money(f"sum(CASE WHEN {charge} = 'plan_fee' THEN l.amount ELSE 0 END)", dialect)
+    overage = _money(f"sum(CASE WHEN {charge} = 'overage_usage' THEN l.amount ELSE 0 END)", dialect)
+    return {
+        "finance_invoice_summary": f"""
+SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.sequence,
+       i.status, i.corrects, i.plan, i.currency, i.subtotal, i.total,
+       coalesce(l.plan_fee_amount, 0) AS plan_fee_amount,
+       coalesce(l.overage_amount, 0) AS overage_amount,
+       coalesce(l.included_tokens, 0) AS included_tokens,
+       coalesce(l.overage_tokens, 0) AS overage_tokens,
+       i.created_at, i.finalized_at, i.voided_at, i.void_reason
+FROM invoices i
+LEFT JOIN (
+  SELECT l.invoice_id,
+         {fee} AS plan_fee_amount,
+         {overage} AS overage_amount,
+         sum(CASE WHEN {charge} = 'included_usage' THEN l.quantity ELSE 0 END) AS included_tokens,
+         sum(CASE WHEN {charge} = 'overage_usage' THEN l.quantity ELSE 0 END) AS overage_tokens
+  FROM invoice_lines l GROUP BY l.invoice_id
+) l ON l.invoice_id = i.invoice_id""",
+        "finance_invoice_lines": f"""
+SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.status,
+       l.line_no, l.line_type, l.adjusted_type, {charge} AS charge_type, l.model, l.speed_tier,
+       l.token_kind, l.description, l.quantity, l.unit_price, l.amount, i.currency
+FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id""",
+        "finance_revenue_by_model_tier": f"""
+SELECT i.period AS month, l.model, l.speed_tier, l.token_kind, i.currency,
+       sum(CASE WHEN {charge} IN ('included_usage', 'overage_usage') THEN l.quantity ELSE 0 END) AS tokens,
+       sum(CASE WHEN {charge} = 'included_usage' THEN l.quantity ELSE 0 END) AS included_tokens,
+       sum(CASE WHEN {charge} = 'overage_usage' THEN l.quantity ELSE 0 END) AS overage_tokens,
+       {_money("sum(l.amount)", dialect)} AS revenue
+FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
+WHERE i.status = 'finalized' AND l.model IS NOT NULL
+GROUP BY i.period, l.model, l.speed_tier, l.token_kind, i.currency""",
+        "finance_pool_utilization": f"""
+SELECT account_id, plan, pool, period_start, period_end, {_month("period_start", dialect)} AS month,
+       allowance, used, remaining,
+       CAST(used AS NUMERIC(20, 6)) / allowance AS utilization,
+       CASE WHEN exhausted_at IS NULL THEN 0 ELSE 1 END AS exhausted, exhausted_at
+FROM pool_usage""",
+        "finance_reconciliation": f"""
+WITH usage AS (
+  SELECT {_month("day", dialect)} AS month, sum(input_tokens + output_tokens) AS tokens
+  FROM usage_daily GROUP BY 1
+), metered_utc AS (
+  SELECT {_month("utc_day", dialect)} AS month, sum(included_tokens + overage_tokens) AS tokens
+  FROM metered_days GROUP BY 1
+), billable AS (
+  SELECT {_month("local_day", dialect)} AS month, sum(included_tokens + overage_tokens) AS tokens,
+         sum(included_tokens) AS included, sum(overage_tokens) AS overage
+  FROM billable_usage GROUP BY 1
+), invoiced AS (
+  SELECT i.period AS month, sum(l.quantity) AS tokens
+  FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
+  WHERE i.status <> 'void' AND {charge} IN ('included_usage', 'overage_usage')
+  GROUP BY i.period
+), months AS (
+  SELECT month FROM usage UNION SELECT month FROM metered_utc
+  UNION SELECT month FROM billable UNION SELECT month FROM invoiced
+)
+SELECT m.month,
+       coalesce(u.tokens, 0) AS usage_daily_tokens,
+       coalesce(mu.tokens, 0) AS metered_tokens,
+       coalesce(b.included, 0) AS included_tokens,
+       coalesce(b.overage, 0) AS overage_tokens,
+       coalesce(b.tokens, 0) AS billable_tokens,
+       coalesce(iv.tokens, 0) AS invoiced_tokens,
+       coalesce(u.tokens, 0) - coalesce(mu.tokens, 0) AS unmetered_tokens,
+       coalesce(b.tokens, 0) - coalesce(iv.tokens, 0) AS uninvoiced_tokens
+FROM months m
+LEFT JOIN usage u ON u.month = m.month
+LEFT JOIN metered_utc mu ON mu.month = m.month
+LEFT JOIN billable b ON b.month = m.month
+LEFT JOIN invoiced iv ON iv.month = m.month""",
+    }
+
+
+def create(conn: Connection) -> None:
+    dialect = conn.dialect.name
+    for name, body in _views(dialect).items():
+        conn.exec_driver_sql(f"CREATE VIEW {name} AS {body}")
+    if dialect != "postgresql":
+        return
+    conn.exec_driver_sql(
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') "
+        f"THEN CREATE ROLE {ROLE} LOGIN; END IF; END $$"
+    )
+    conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA public TO {ROLE}")
+    conn.exec_driver_sql(f"GRANT SELECT ON {', '.join(VIEWS)} TO {ROLE}")
+
+
+def drop(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"REVOKE ALL ON {', '.join(VIEWS)} FROM {ROLE}")
+        conn.exec_driver_sql(f"REVOKE USAGE ON SCHEMA public FROM {ROLE}")
+    for name in reversed(VIEWS):
+        conn.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")

@@ -1,0 +1,285 @@
+"""Invoices in the warehouse: draft, finalize, void (``billing.invoices`` computes the lines).
+
+    usage-billing invoices draft --month 2026-03
+    usage-billing invoices finalize --month 2026-03
+    usage-billing invoices void --number INV-202603-000017 --reason "duplicate account"
+
+Each command is one transaction under a per-month lock (an advisory lock on PostgreSQL; SQLite
+serializes writers), so two drafters or finalizers of one month never interleave.
+
+- draft: replaces the month's drafts only. An account without a finalized document for the month
+  gets an invoice; an account with one gets an adjustment document whose lines are the difference
+  between the recomputed truth and what its finalized documents billed (none if nothing changed).
+- finalize: numbers the month's drafts ``INV-YYYYMM-NNNNNN`` gaplessly (a counter row per month,
+  locked) and freezes them; the database refuses later changes (triggers, migration 0005).
+- void: a finalized document becomes void with a reason; the next draft bills the account afresh.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.types import TIMESTAMP
+
+from billing.invoices import LINE_SCHEMA, build_lines, difference, month_bounds, totals
+from billing.pricing import MissingPriceError
+from pipelines.errors import UsageBillingError
+from pipelines.warehouse import insert_arrow, read_arrow
+from schemas.catalog import Catalog
+from schemas.warehouse import Account, BillableUsage, Invoice, InvoiceCounter, InvoiceLine
+
+MAX_NUMBER = 999_999
+BILLABLE_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("model", pa.string()),
+        ("speed_tier", pa.string()),
+        ("token_kind", pa.string()),
+        ("rate_day", pa.date32()),
+        ("included_tokens", pa.int64()),
+        ("overage_tokens", pa.int64()),
+    ]
+)
+PLAN_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("plan", pa.string()),
+        ("active_from", pa.date32()),
+        ("active_until", pa.date32()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class DraftResult:
+    month: str
+    invoices: int
+    adjustments: int
+    lines: int
+    total: object  # Decimal: the sum of the drafts' totals
+    replaced_drafts: int
+
+
+def check_month(month: str) -> str:
+    try:
+        first, _ = month_bounds(month)
+    except ValueError:
+        raise UsageBillingError(f"--month must look like 2026-03, got {month!r}") from None
+    return first.strftime("%Y-%m")
+
+
+def lock_month(conn: Connection, month: str) -> None:
+    """Serialize invoice work on one month: held until the transaction ends."""
+    if conn.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha1(f"invoices:{month}".encode()).digest()[:8], "big", signed=True)
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    # Both: make sure the month's counter row exists (on SQLite this first write takes the write lock).
+    insert_ = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    conn.execute(
+        insert_(InvoiceCounter.__table__).values(period=month, last_number=0).on_conflict_do_nothing()
+    )
+
+
+def draft(engine: Engine, catalog: Catalog, month: str) -> DraftResult:
+    month = check_month(month)
+    first, last = month_bounds(month)
+    now = dt.datetime.now(dt.UTC)
+    with engine.begin() as conn:
+        lock_month(conn, month)
+        billable = _billable(conn, first, last)
+        plans = _plans(conn, first, last)
+        try:
+            truth = build_lines(billable, plans, catalog, month)
+        except MissingPriceError as exc:
+            raise UsageBillingError(f"cannot draft {month}: {exc}") from None
+        replaced = _delete_drafts(conn, month)
+        docs = _documents(conn, month)
+        billed_accounts = pa.array(
+            sorted({d.account_id for d in docs if d.status == "finalized"}), pa.string()
+        )
+        is_billed = pc.is_in(truth["account_id"], value_set=billed_accounts)
+        fresh = truth.filter(pc.invert(is_billed))
+        adjustments = difference(truth.filter(is_billed), _billed_lines(conn, month))
+        invoices = _invoice_rows(fresh, "invoice", plans, docs, month, catalog, now)
+        adjusting = _invoice_rows(adjustments, "adjustment", plans, docs, month, catalog, now)
+        header = pa.concat_tables([invoices, adjusting])
+        lines = pa.concat_tables([fresh, adjustments])
+        ids = header.select(["account_id", "invoice_id"])
+        lines = lines.join(ids, "account_id").drop_columns(["account_id"])
+        insert_arrow(conn, Invoice.__table__, header)
+        insert_arrow(conn, InvoiceLine.__table__, lines)
+    total = pc.sum(header["total"]).as_py() if header.num_rows else 0
+    return DraftResult(month, invoices.num_rows, adjusting.num_rows, lines.num_rows, total, replaced)
+
+
+def _billable(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
+    b = BillableUsage.__table__.c
+    keys = [b.account_id, b.model, b.speed_tier, b.token_kind, b.rate_day]
+    query = (
+        select(*keys, func.sum(b.included_tokens), func.sum(b.overage_tokens))
+        .where(b.local_day.between(first, last))
+        .group_by(*keys)
+    )
+    return read_arrow(conn, query, BILLABLE_SCHEMA)
+
+
+def _plans(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
+    a = Account.__table__.c
+    query = select(a.account_id, a.plan, a.active_from, a.active_until).where(
+        a.active_from <= last, or_(a.active_until.is_(None), a.active_until >= first)
+    )
+    return read_arrow(conn, query, PLAN_SCHEMA)
+
+
+def _delete_drafts(conn: Connection, month: str) -> int:
+    i, line = Invoice.__table__, InvoiceLine.__table__
+    drafts = select(i.c.invoice_id).where(i.c.period == month, i.c.status == "draft")
+    conn.execute(delete(line).where(line.c.invoice_id.in_(drafts)))
+    return conn.execute(delete(i).where(i.c.period == month, i.c.status == "draft")).rowcount
+
+
+def _documents(conn: Connection, month: str) -> list:  # type: ignore[type-arg]
+    i = Invoice.__table__.c
+    query = select(i.account_id, i.sequence, i.kind, i.status, i.invoice_number).where(i.period == month)
+    return list(conn.execute(query))
+
+
+def _billed_lines(conn: Connection, month: str) -> pa.Table:
+    """Lines of the month's finalized (not void) documents: what was billed so far."""
+    i, line = Invoice.__table__.c, InvoiceLine.__table__.c
+    query = (
+        select(*(line[c] if c != "account_id" else i.account_id for c in LINE_SCHEMA.names))
+        .select_from(InvoiceLine.__table__.join(Invoice.__table__, line.invoice_id == i.invoice_id))
+        .where(i.period == month, i.status == "finalized")
+    )
+    return read_arrow(conn, query, LINE_SCHEMA)
+
+
+def _invoice_rows(
+    lines: pa.Table, kind: str, plans: pa.Table, docs: list, month: str, catalog: Catalog, now: dt.datetime
+) -> pa.Table:  # type: ignore[type-arg]
+    """One document per account of ``lines``: ids, sequence, plan names, subtotal and total."""
+    sums = totals(lines).sort_by("account_id")
+    accounts = sums["account_id"].to_pylist()
+    next_seq: dict[str, int] = {}
+    corrects: dict[str, str] = {}
+    for d in docs:
+        next_seq[d.account_id] = max(next_seq.get(d.account_id, 1), d.sequence + 1)
+        if d.status == "finalized" and d.kind == "invoice":
+            corrects[d.account_id] = d.invoice_number
+    named = plans.filter(pc.is_valid(plans["plan"]))
+    by_account = named.group_by("account_id").aggregate([("plan", "distinct")])
+    plan_of = dict(
+        zip(
+            by_account["account_id"].to_pylist(),
+            (",".join(sorted(p)) for p in by_account["plan_distinct"].to_pylist()),
+            strict=True,
+        )
+    )
+    n = len(accounts)
+    return pa.table(
+        {
+            "invoice_id": pa.array([str(uuid.uuid4()) for _ in range(n)], pa.string()),
+            "account_id": sums["account_id"],
+            "period": pa.array([month] * n, pa.string()),
+            "sequence": pa.array([next_seq.get(a, 1) for a in accounts], pa.int32()),
+            "kind": pa.array([kind] * n, pa.string()),
+            "status": pa.array(["draft"] * n, pa.string()),
+            "corrects": pa.array(
+                [corrects.get(a) if kind == "adjustment" else None for a in accounts], pa.string()
+            ),
+            "plan": pa.array([plan_of.get(a) for a in accounts], pa.string()),
+            "currency": pa.array([catalog.currency] * n, pa.string()),
+            "subtotal": sums["subtotal"],
+            "total": sums["total"],
+            "created_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class FinalizeResult:
+    month: str
+    finalized: int
+    first_number: str | None
+    last_number: str | None
+
+
+def invoice_number(month: str, n: int) -> str:
+    return f"INV-{month.replace('-', '')}-{n:06d}"
+
+
+def finalize(engine: Engine, month: str) -> FinalizeResult:
+    """Number every draft of the month in one transaction, gaplessly, in (account, sequence) order."""
+    month = check_month(month)
+    i = Invoice.__table__
+    counter = InvoiceCounter.__table__
+    with engine.begin() as conn:
+        lock_month(conn, month)
+        last_query = select(counter.c.last_number).where(counter.c.period == month)
+        if conn.dialect.name == "postgresql":
+            last_query = last_query.with_for_update()
+        last = conn.execute(last_query).scalar_one()
+        count = conn.execute(
+            select(func.count()).select_from(i).where(i.c.period == month, i.c.status == "draft")
+        ).scalar_one()
+        if count == 0:
+            return FinalizeResult(month, 0, None, None)
+        if last + count > MAX_NUMBER:
+            raise UsageBillingError(f"{month}: {last + count} invoices exceed the 6-digit number range")
+        pad = (
+            "lpad(CAST(:last + d.n AS TEXT), 6, '0')"
+            if conn.dialect.name == "postgresql"
+            else "printf('%06d', :last + d.n)"
+        )
+        statement = text(
+            f"""
+            UPDATE invoices SET status = 'finalized', finalized_at = :now,
+                   invoice_number = :prefix || {pad}
+            FROM (SELECT invoice_id, row_number() OVER (ORDER BY account_id, sequence) AS n
+                  FROM invoices WHERE period = :month AND status = 'draft') AS d
+            WHERE invoices.invoice_id = d.invoice_id
+            """
+        ).bindparams(bindparam("now", type_=TIMESTAMP(timezone=True)))
+        done = conn.execute(
+            statement,
+            {
+                "now": dt.datetime.now(dt.UTC),
+                "prefix": f"INV-{month.replace('-', '')}-",
+                "last": last,
+                "month": month,
+            },
+        ).rowcount
+        if done != count:
+            raise UsageBillingError(f"{month}: finalized {done} of {count} drafts; rolled back")
+        conn.execute(update(counter).where(counter.c.period == month).values(last_number=last + count))
+    return FinalizeResult(month, count, invoice_number(month, last + 1), invoice_number(month, last + count))
+
+
+def void(engine: Engine, number: str, reason: str) -> str:
+    """Void a finalized document; returns its account id. The reason is required and recorded."""
+    if not reason.strip():
+        raise UsageBillingError("a void needs a --reason")
+    i = Invoice.__table__
+    with engine.begin() as conn:
+        row = conn.execute(select(i.c.account_id, i.c.status).where(i.c.invoice_number == number)).first()
+        if row is None:
+            raise UsageBillingError(f"no invoice numbered {number}")
+        if row.status != "finalized":
+            raise UsageBillingError(
+                f"invoice {number} is {row.status}: only a finalized invoice can be voided"
+            )
+        conn.execute(
+            update(i)
+            .where(and_(i.c.invoice_number == number, i.c.status == "finalized"))
+            .values(status="void", voided_at=dt.datetime.now(dt.UTC), void_reason=reason.strip())
+        )
+    return row.account_id

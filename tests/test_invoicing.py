@@ -1,0 +1,448 @@
+"""Invoices in the warehouse, on SQLite and PostgreSQL: a reference to the cent, lifecycle, immutability,
+gapless numbering under two finalizers, adjustments for late usage, exports."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import shutil
+import threading
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
+
+from billing.invoices import build_lines, month_bounds
+from billing.pricing import cents
+from pipelines import invoicing
+from pipelines.accounts import load_accounts
+from pipelines.errors import UsageBillingError
+from pipelines.invoice_export import LINE_COLUMNS, export
+from pipelines.jobs import ingest_and_aggregate
+from pipelines.settings import Settings
+from pipelines.warehouse import make_engine, upgrade
+from schemas.catalog import parse_catalog
+from schemas.warehouse import Account, Invoice, InvoiceLine
+from tests.conftest import CATALOG_PATH, small_dates
+from tests.test_quota import reference
+
+MONTH = "2026-03"
+pytestmark = pytest.mark.slow
+
+
+def _build(settings: Settings, catalog) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(settings.database_url)
+    upgrade(engine)
+    load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
+    engine.dispose()
+    ingest_and_aggregate(settings, small_dates())
+
+
+@pytest.fixture(scope="module")
+def sqlite_built(tmp_path_factory, small_landing, catalog) -> Settings:  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("invoicing-sqlite")
+    settings = Settings(
+        config=str(CATALOG_PATH),
+        database_url=f"sqlite:///{root / 'built.db'}",
+        lake=str(root / "lake"),
+        landing=str(small_landing),
+    )
+    _build(settings, catalog)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def postgres_built(postgres_url, tmp_path_factory, small_landing, catalog) -> Settings:  # type: ignore[no-untyped-def]
+    engine = make_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    root = tmp_path_factory.mktemp("invoicing-pg")
+    settings = Settings(
+        config=str(CATALOG_PATH),
+        database_url=postgres_url,
+        lake=str(root / "lake"),
+        landing=str(small_landing),
+    )
+    _build(settings, catalog)
+    return settings
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request, tmp_path) -> Settings:  # type: ignore[no-untyped-def]
+    """A metered warehouse with no invoices yet (a copy of the SQLite file; truncated PostgreSQL tables)."""
+    if request.param == "sqlite":
+        built = request.getfixturevalue("sqlite_built")
+        target = tmp_path / "warehouse.db"
+        shutil.copy(built.database_url.removeprefix("sqlite:///"), target)
+        return Settings(
+            config=built.config, database_url=f"sqlite:///{target}", lake=built.lake, landing=built.landing
+        )
+    built = request.getfixturevalue("postgres_built")
+    engine = make_engine(built.database_url)
+    with engine.begin() as conn:  # TRUNCATE is the test's reset; row triggers guard UPDATE and DELETE
+        conn.execute(text("TRUNCATE invoice_lines, invoices, invoice_counters"))
+    engine.dispose()
+    return built
+
+
+# -- the reference: plain Python and Decimal, one event at a time ---------------------------------
+
+
+def _reference_invoices(settings: Settings, catalog) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    """account -> {"total": Decimal, "lines": {(type, model, tier, kind, unit price): (quantity, amount)}}."""
+    engine = make_engine(settings.database_url)
+    with engine.connect() as conn:
+        accounts = [dict(r._mapping) for r in conn.execute(select(Account.__table__))]
+    engine.dispose()
+    zone = {a["account_id"]: a["timezone"] for a in accounts}
+    events = ds.dataset(f"{settings.lake}/events", format="parquet").to_table().to_pylist()
+    for e in events:
+        local = e["event_time"].astimezone(ZoneInfo(zone.get(e["account_id"], "UTC"))).date()
+        e["local_day"] = local
+        e["plan"] = next(
+            (
+                a["plan"]
+                for a in accounts
+                if a["account_id"] == e["account_id"]
+                and a["active_from"] <= local
+                and (a["active_until"] is None or local <= a["active_until"])
+            ),
+            None,
+        )
+    included, overage, _ = reference(events, catalog)
+    first, last = month_bounds(MONTH)
+    out: dict[str, dict] = defaultdict(lambda: {"lines": defaultdict(lambda: [0, Decimal(0)])})
+    kinds = ("input", "cached_input", "output")
+    for e in events:
+        if not first <= e["local_day"] <= last:
+            continue
+        utc_day = e["event_time"].astimezone(dt.UTC).date()
+        for k, kind in enumerate(kinds):
+            lines = out[e["account_id"]]["lines"]
+            if included[e["event_id"]][k]:
+                lines[("included_usage", e["model"], e["speed_tier"], kind, Decimal(0))][0] += included[
+                    e["event_id"]
+                ][k]
+            if overage[e["event_id"]][k]:
+                price = catalog.price(e["model"], e["speed_tier"], utc_day).per_million(kind)
+                lines[("overage_usage", e["model"], e["speed_tier"], kind, price)][0] += overage[
+                    e["event_id"]
+                ][k]
+    days_in_month = (last - first).days + 1
+    for a in accounts:
+        if a["plan"] is None or a["active_from"] > last or (a["active_until"] and a["active_until"] < first):
+            continue
+        start, end = max(a["active_from"], first), min(a["active_until"] or last, last)
+        days = (end - start).days + 1
+        fee = catalog.plan(a["plan"]).monthly_fee
+        out[a["account_id"]]["lines"][("plan_fee", None, None, None, fee)] = [
+            days,
+            cents(fee * days / days_in_month),
+        ]
+    result = {}
+    for account, doc in out.items():
+        lines = {}
+        for key, (quantity, amount) in doc["lines"].items():
+            if key[0] == "overage_usage":
+                amount = cents(Decimal(quantity) * key[4] / 10**6)
+            lines[key] = (quantity, amount)
+        result[account] = {"lines": lines, "total": sum((a for _, a in lines.values()), Decimal(0))}
+    return result
+
+
+def _warehouse_invoices(settings: Settings, status: str = "draft") -> dict[str, dict]:
+    engine = make_engine(settings.database_url)
+    i = Invoice.__table__.c
+    with engine.connect() as conn:
+        docs = conn.execute(select(i.invoice_id, i.account_id, i.total).where(i.status == status)).all()
+        rows = conn.execute(select(InvoiceLine.__table__)).all()
+    engine.dispose()
+    by_id = {d.invoice_id: d.account_id for d in docs}
+    out = {d.account_id: {"lines": {}, "total": Decimal(d.total)} for d in docs}
+    for r in rows:
+        if r.invoice_id in by_id:
+            key = (r.line_type, r.model, r.speed_tier, r.token_kind, Decimal(r.unit_price).normalize())
+            out[by_id[r.invoice_id]]["lines"][key] = (r.quantity, Decimal(r.amount))
+    return out
+
+
+def _normalized(ref: dict[str, dict]) -> dict[str, dict]:
+    return {
+        a: {"total": d["total"], "lines": {(*k[:4], k[4].normalize()): v for k, v in d["lines"].items()}}
+        for a, d in ref.items()
+    }
+
+
+def test_invoices_equal_an_event_by_event_reference_to_the_cent(db, catalog):
+    result = invoicing.draft(make_engine(db.database_url), catalog, MONTH)
+    ours = _warehouse_invoices(db)
+    expected = _normalized(_reference_invoices(db, catalog))
+    assert result.invoices == len(expected) > 100
+    assert sorted(ours) == sorted(expected)
+    for account in expected:
+        assert ours[account] == expected[account], account
+    assert result.total == sum(d["total"] for d in expected.values())
+    assert any(k[0] == "overage_usage" for d in expected.values() for k in d["lines"])
+    engine = make_engine(db.database_url)
+    with engine.connect() as conn:  # the finance reconciliation of the month is clean
+        row = conn.execute(text("SELECT * FROM finance_reconciliation WHERE month = :m"), {"m": MONTH}).one()
+    assert row.usage_daily_tokens == row.metered_tokens == row.billable_tokens == row.invoiced_tokens > 0
+    assert row.unmetered_tokens == 0 and row.uninvoiced_tokens == 0
+
+
+def _numbers(settings: Settings) -> list[tuple[str, str, int]]:
+    engine = make_engine(settings.database_url)
+    i = Invoice.__table__.c
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(i.invoice_number, i.account_id, i.sequence)
+            .where(i.status != "draft")
+            .order_by(i.invoice_number)
+        ).all()
+    engine.dispose()
+    return [tuple(r) for r in rows]
+
+
+def test_redraft_replaces_drafts_only_and_finalize_numbers_gaplessly(db, catalog):
+    engine = make_engine(db.database_url)
+    first = invoicing.draft(engine, catalog, MONTH)
+    again = invoicing.draft(engine, catalog, MONTH)
+    assert (again.invoices, again.lines, again.total, again.replaced_drafts) == (
+        first.invoices,
+        first.lines,
+        first.total,
+        first.invoices,
+    )
+    done = invoicing.finalize(engine, MONTH)
+    assert done.finalized == first.invoices
+    numbers = _numbers(db)
+    assert [n for n, _, _ in numbers] == [f"INV-202603-{k:06d}" for k in range(1, first.invoices + 1)]
+    assert [a for _, a, _ in numbers] == sorted(a for _, a, _ in numbers)  # numbered in account order
+    assert invoicing.finalize(engine, MONTH).finalized == 0
+    nothing_new = invoicing.draft(engine, catalog, MONTH)  # finalized and unchanged: no document at all
+    assert (nothing_new.invoices, nothing_new.adjustments, nothing_new.replaced_drafts) == (0, 0, 0)
+    assert _numbers(db) == numbers
+
+
+def _first_finalized(settings: Settings) -> str:
+    engine = make_engine(settings.database_url)
+    with engine.connect() as conn:
+        number = conn.execute(
+            text("SELECT min(invoice_number) FROM invoices WHERE status = 'finalized'")
+        ).scalar()
+    engine.dispose()
+    return number
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE invoices SET total = total + 1 WHERE invoice_number = :n",
+        "UPDATE invoices SET status = 'draft' WHERE invoice_number = :n",
+        "UPDATE invoices SET status = 'void', total = 0 WHERE invoice_number = :n",
+        "DELETE FROM invoices WHERE invoice_number = :n",
+        "UPDATE invoice_lines SET amount = 0 WHERE invoice_id = "
+        "(SELECT invoice_id FROM invoices WHERE invoice_number = :n)",
+        "DELETE FROM invoice_lines WHERE invoice_id = "
+        "(SELECT invoice_id FROM invoices WHERE invoice_number = :n)",
+        "INSERT INTO invoice_lines "
+        "(invoice_id, line_no, line_type, description, quantity, unit_price, amount) "
+        "SELECT invoice_id, 999, 'adjustment', 'sneaky', 1, 0, 5 FROM invoices WHERE invoice_number = :n",
+    ],
+)
+def test_the_database_refuses_to_change_a_finalized_invoice(db, catalog, statement):
+    engine = make_engine(db.database_url)
+    invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, MONTH)
+    number = _first_finalized(db)
+    before = _warehouse_invoices(db, "finalized")
+    with pytest.raises(DBAPIError, match="not a draft"), engine.begin() as conn:
+        conn.execute(text(statement), {"n": number})
+    assert _warehouse_invoices(db, "finalized") == before
+
+
+def test_void_keeps_the_invoice_and_the_next_draft_bills_the_account_afresh(db, catalog):
+    engine = make_engine(db.database_url)
+    invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, MONTH)
+    number = _first_finalized(db)
+    with pytest.raises(UsageBillingError, match="reason"):
+        invoicing.void(engine, number, "  ")
+    account = invoicing.void(engine, number, "billed to the wrong entity")
+    with pytest.raises(UsageBillingError, match="is void"):
+        invoicing.void(engine, number, "again")
+    redraft = invoicing.draft(engine, catalog, MONTH)
+    assert (redraft.invoices, redraft.adjustments) == (1, 0)
+    done = invoicing.finalize(engine, MONTH)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT invoice_number, status, sequence, void_reason FROM invoices "
+                "WHERE account_id = :a ORDER BY sequence"
+            ),
+            {"a": account},
+        ).all()
+    assert [(r.status, r.sequence) for r in rows] == [("void", 1), ("finalized", 2)]
+    assert rows[0].invoice_number == number and rows[1].invoice_number == done.first_number
+    assert rows[0].void_reason == "billed to the wrong entity"
+
+
+@pytest.mark.postgres
+def test_two_finalizers_at_once_number_every_draft_exactly_once(postgres_built, catalog):
+    engine = make_engine(postgres_built.database_url)
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE invoice_lines, invoices, invoice_counters"))
+    drafted = invoicing.draft(engine, catalog, MONTH)
+    barrier = threading.Barrier(2)
+    results: list = []
+
+    def finalize() -> None:
+        own = make_engine(postgres_built.database_url)  # its own connection pool, like a second process
+        barrier.wait()
+        results.append(invoicing.finalize(own, MONTH))
+        own.dispose()
+
+    threads = [threading.Thread(target=finalize) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.finalized for r in results) == [0, drafted.invoices]
+    numbers = [n for n, _, _ in _numbers(postgres_built)]
+    assert numbers == [f"INV-202603-{k:06d}" for k in range(1, drafted.invoices + 1)]
+
+
+def test_a_missing_price_stops_the_draft_and_names_what_is_missing(db):
+    data = parse_catalog(__import__("tomllib").loads(Path(CATALOG_PATH).read_text())).model_dump()
+    data["prices"] = [
+        p for p in data["prices"] if not (p["model"] == "gpt-5.6-sol" and p["tier"] == "priority")
+    ]
+    broken = parse_catalog(data)
+    engine = make_engine(db.database_url)
+    with pytest.raises(
+        UsageBillingError, match=r"no price for model gpt-5.6-sol, tier priority, token kind \w+ on 2026-03-"
+    ):
+        invoicing.draft(engine, broken, MONTH)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM invoices")).scalar() == 0
+
+
+def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the_recomputation(
+    db, catalog, tmp_path
+):
+    engine = make_engine(db.database_url)
+    invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, MONTH)
+    # Late events for three accounts land two days later; run-day ingests and re-meters their dates.
+    lake_copy = tmp_path / "lake"
+    shutil.copytree(db.lake, lake_copy)
+    landing = tmp_path / "landing"
+    shutil.copytree(db.landing, landing)
+    late_day = small_dates()[-1] + dt.timedelta(days=1)
+    template = ds.dataset(f"{db.lake}/events", format="parquet").to_table().slice(0, 3)
+    late = template.drop_columns(["_landing_date", "_source_file"])
+    late = late.set_column(0, "event_id", pa.array([f"late-{i}" for i in range(3)]))
+    late = late.set_column(
+        late.schema.get_field_index("output_tokens"), "output_tokens", pa.array([4_000_000] * 3, pa.int64())
+    )
+    (landing / late_day.isoformat()).mkdir()
+    pq.write_table(late, landing / late_day.isoformat() / "late.parquet")
+    settings = Settings(
+        config=db.config, database_url=db.database_url, lake=str(lake_copy), landing=str(landing)
+    )
+    ingest_and_aggregate(settings, [late_day])
+    accounts = set(late["account_id"].to_pylist())
+
+    result = invoicing.draft(engine, catalog, MONTH)
+    assert result.invoices == 0 and result.adjustments == len(accounts)
+    again = invoicing.draft(engine, catalog, MONTH)  # idempotent: the same adjustments, replaced
+    assert (again.adjustments, again.lines, again.total) == (result.adjustments, result.lines, result.total)
+    invoicing.finalize(engine, MONTH)
+
+    # original + adjustment = a fresh recomputation, line key by line key, for every account
+    first, last = month_bounds(MONTH)
+    with engine.connect() as conn:
+        billable = invoicing._billable(conn, first, last)
+        plans = invoicing._plans(conn, first, last)
+        docs = conn.execute(text("SELECT account_id, kind, corrects, invoice_number FROM invoices")).all()
+    truth = build_lines(billable, plans, catalog, MONTH)
+    fresh: dict = defaultdict(lambda: [0, Decimal(0)])
+    for r in truth.to_pylist():
+        key = (r["account_id"], r["line_type"], r["model"], r["speed_tier"], r["token_kind"], r["unit_price"])
+        fresh[key][0] += r["quantity"]
+        fresh[key][1] += r["amount"]
+    billed: dict = defaultdict(lambda: [0, Decimal(0)])
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT account_id, charge_type, model, speed_tier, token_kind, unit_price, quantity, amount "
+                "FROM finance_invoice_lines WHERE status = 'finalized'"
+            )
+        ).all()
+    for r in rows:
+        key = (r[0], r[1], r[2], r[3], r[4], Decimal(r[5]).quantize(Decimal("0.000001")))
+        billed[key][0] += r[6]
+        billed[key][1] += Decimal(r[7]).quantize(Decimal("0.01"))
+    norm = {(*k[:5], k[5].quantize(Decimal("0.000001"))): v for k, v in fresh.items()}
+    assert {k: v for k, v in billed.items() if v != [0, 0]} == norm
+    adjustments = [d for d in docs if d.kind == "adjustment"]
+    assert {d.account_id for d in adjustments} == accounts
+    originals = {d.account_id: d.invoice_number for d in docs if d.kind == "invoice"}
+    assert all(d.corrects == originals[d.account_id] for d in adjustments)
+
+
+def test_export_writes_the_design_columns_and_one_html_page_per_account(db, catalog, tmp_path):
+    engine = make_engine(db.database_url)
+    drafted = invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, MONTH)
+    counts = export(engine, MONTH, tmp_path / "csv")
+    with open(tmp_path / "csv" / "invoices.csv", newline="") as f:
+        invoices = list(csv.DictReader(f))
+    with open(tmp_path / "csv" / "invoice_lines.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        lines = list(reader)
+    assert list(invoices[0]) == [
+        "invoice_number",
+        "account_id",
+        "period",
+        "status",
+        "currency",
+        "subtotal",
+        "total",
+    ]
+    assert tuple(reader.fieldnames) == LINE_COLUMNS
+    assert len(invoices) == counts["invoices"] == drafted.invoices and len(lines) == drafted.lines
+    assert sum(Decimal(r["total"]) for r in invoices) == drafted.total
+    assert sum(Decimal(r["amount"]) for r in lines) == drafted.total
+    pages = sorted((tmp_path / "csv" / "html").iterdir())
+    assert len(pages) == drafted.invoices == counts["html"]
+    page = (tmp_path / "csv" / "html" / f"{invoices[0]['account_id']}.html").read_text()
+    assert invoices[0]["invoice_number"] in page and "Quota pools" in page and "Amount due" in page
+    export(engine, MONTH, tmp_path / "pq", "parquet")
+    table = pq.read_table(tmp_path / "pq" / "invoice_lines.parquet")
+    assert tuple(table.column_names) == LINE_COLUMNS and table.num_rows == drafted.lines
+
+
+def test_cli_invoice_commands_run_and_report_mistakes_in_one_line(db, capsys, tmp_path):
+    from pipelines.cli import main
+
+    base = ["--database-url", db.database_url, "--config", db.config]
+    assert main([*base, "invoices", "draft", "--month", MONTH]) == 0
+    assert main([*base, "invoices", "finalize", "--month", MONTH]) == 0
+    assert "INV-202603-000001" in capsys.readouterr().out
+    assert main([*base, "invoices", "export", "--month", MONTH, "--out", str(tmp_path / "x")]) == 0
+    assert main([*base, "invoices", "draft", "--month", "2026-13"]) == 2
+    assert main([*base, "invoices", "void", "--number", "INV-000000-000000", "--reason", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: --month must look like 2026-03, got '2026-13'",
+        "error: no invoice numbered INV-000000-000000",
+    ]
