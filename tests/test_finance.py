@@ -1,0 +1,363 @@
+"""The finance_reader role and the questions in docs/finance.md, on PostgreSQL with psql.
+
+Every query in the doc runs as finance_reader through ``psql``; its answer is checked against the
+invoices as computed here from the raw tables (read as the owner). The role reads the views only.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import re
+import shutil
+import subprocess
+from collections import defaultdict
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.engine import make_url
+
+from pipelines import invoicing
+from pipelines.accounts import load_accounts
+from pipelines.jobs import ingest_and_aggregate
+from pipelines.settings import Settings
+from pipelines.warehouse import make_engine, upgrade
+from schemas.warehouse import Invoice, InvoiceLine, PoolUsage
+from tests.conftest import CATALOG_PATH, ROOT, small_dates
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+MONTH = "2026-03"
+
+
+@pytest.fixture(scope="module")
+def finance_db(postgres_url, tmp_path_factory, small_landing, catalog) -> str:  # type: ignore[no-untyped-def]
+    """March invoiced and finalized, late usage adjusted and finalized, one invoice voided and rebilled."""
+    engine = make_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    upgrade(engine)
+    root = tmp_path_factory.mktemp("finance")
+    landing = root / "landing"
+    shutil.copytree(small_landing, landing)
+    settings = Settings(
+        config=str(CATALOG_PATH), database_url=postgres_url, lake=str(root / "lake"), landing=str(landing)
+    )
+    load_accounts(engine, landing / "accounts.csv", catalog)
+    ingest_and_aggregate(settings, small_dates())
+    invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, MONTH)
+    late_day = small_dates()[-1] + dt.timedelta(days=1)
+    late = ds.dataset(f"{settings.lake}/events", format="parquet").to_table().slice(100, 4)
+    late = late.drop_columns(["_landing_date", "_source_file"])
+    late = late.set_column(0, "event_id", pa.array([f"late-{i}" for i in range(4)]))
+    (landing / late_day.isoformat()).mkdir()
+    pq.write_table(late, landing / late_day.isoformat() / "late.parquet")
+    ingest_and_aggregate(settings, [late_day])
+    invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, MONTH)
+    with engine.connect() as conn:
+        number = conn.execute(
+            text("SELECT min(invoice_number) FROM invoices WHERE kind = 'invoice' AND status = 'finalized'")
+        ).scalar()
+    invoicing.void(engine, number, "customer merged into another account")
+    invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, MONTH)
+    engine.dispose()
+    return postgres_url
+
+
+def _psql(url: str, sql: str, user: str = "finance_reader") -> subprocess.CompletedProcess:
+    u = make_url(url)
+    return subprocess.run(
+        [
+            "psql",
+            "-X",
+            "--csv",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            u.host or "127.0.0.1",
+            "-p",
+            str(u.port or 5432),
+            "-U",
+            user,
+            "-d",
+            u.database,
+            "-c",
+            sql,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _value(cell: object) -> object:
+    if cell is None or cell == "":
+        return None
+    if isinstance(cell, (int, Decimal)):
+        return Decimal(cell)
+    try:
+        return Decimal(str(cell))
+    except InvalidOperation:
+        return cell
+
+
+def _answer(url: str, sql: str) -> list[tuple]:
+    done = _psql(url, sql)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.reader(io.StringIO(done.stdout)))
+    return [tuple(_value(c) for c in r) for r in rows[1:]]
+
+
+def _rows(expected: list[tuple]) -> list[tuple]:
+    return [tuple(_value(c) for c in r) for r in expected]
+
+
+# -- the raw truth, read as the owner -------------------------------------------------------------
+
+
+def _raw(url: str) -> dict:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        docs = [dict(r._mapping) for r in conn.execute(select(Invoice.__table__))]
+        lines = [dict(r._mapping) for r in conn.execute(select(InvoiceLine.__table__))]
+        pools = [dict(r._mapping) for r in conn.execute(select(PoolUsage.__table__))]
+        recon = conn.execute(text("SELECT * FROM finance_reconciliation ORDER BY month")).all()
+    engine.dispose()
+    by_id = {d["invoice_id"]: d for d in docs}
+    for line in lines:
+        doc = by_id[line["invoice_id"]]
+        line.update(
+            period=doc["period"], status=doc["status"], charge=line["adjusted_type"] or line["line_type"]
+        )
+    return {"docs": docs, "lines": lines, "pools": pools, "recon": recon}
+
+
+def _q(value: Decimal, places: str) -> Decimal:
+    return value.quantize(Decimal(places), rounding=ROUND_HALF_UP)
+
+
+def _final_usage(raw: dict) -> list[dict]:
+    return [r for r in raw["lines"] if r["status"] == "finalized" and r["model"] is not None]
+
+
+def _sum_by(rows: list[dict], key, value) -> dict:  # type: ignore[no-untyped-def]
+    out: dict = defaultdict(lambda: Decimal(0))
+    for r in rows:
+        out[key(r)] += Decimal(value(r))
+    return out
+
+
+def _expect_1(raw: dict) -> list[tuple]:
+    rev = _sum_by(_final_usage(raw), lambda r: (r["period"], r["speed_tier"]), lambda r: r["amount"])
+    return [(*k, v) for k, v in sorted(rev.items())]
+
+
+def _expect_2(raw: dict) -> list[tuple]:
+    total = _sum_by(_final_usage(raw), lambda r: r["period"], lambda r: r["amount"])
+    fast = _sum_by(
+        [r for r in _final_usage(raw) if r["speed_tier"] == "ultrafast"],
+        lambda r: r["period"],
+        lambda r: r["amount"],
+    )
+    return [
+        (m, _q(100 * fast.get(m, Decimal(0)) / t, "0.01") if t else None) for m, t in sorted(total.items())
+    ]
+
+
+def _expect_3(raw: dict) -> list[tuple]:
+    latest = max(d["period"] for d in raw["docs"])
+    billed = _sum_by(
+        [d for d in raw["docs"] if d["status"] == "finalized" and d["period"] == latest],
+        lambda d: d["account_id"],
+        lambda d: d["total"],
+    )
+    return sorted(billed.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+
+
+def _expect_4(raw: dict) -> list[tuple]:
+    final = [r for r in raw["lines"] if r["status"] == "finalized"]
+    fees = _sum_by(
+        [r for r in final if r["charge"] == "plan_fee"], lambda r: r["period"], lambda r: r["amount"]
+    )
+    over = _sum_by(
+        [r for r in final if r["charge"] == "overage_usage"], lambda r: r["period"], lambda r: r["amount"]
+    )
+    billed = _sum_by(
+        [d for d in raw["docs"] if d["status"] == "finalized"], lambda d: d["period"], lambda d: d["total"]
+    )
+    return [(m, fees.get(m, 0), over.get(m, 0), b) for m, b in sorted(billed.items())]
+
+
+def _expect_5(raw: dict) -> list[tuple]:
+    return [
+        (
+            r.month,
+            r.usage_daily_tokens,
+            r.metered_tokens,
+            r.billable_tokens,
+            r.invoiced_tokens,
+            r.unmetered_tokens,
+            r.uninvoiced_tokens,
+        )
+        for r in raw["recon"]
+        if r.unmetered_tokens or r.uninvoiced_tokens
+    ]
+
+
+def _expect_6(raw: dict) -> list[tuple]:
+    by_number = {d["invoice_number"]: d for d in raw["docs"] if d["invoice_number"]}
+    adj = _sum_by(
+        [d for d in raw["docs"] if d["kind"] == "adjustment" and d["status"] == "finalized"],
+        lambda d: d["corrects"],
+        lambda d: d["total"],
+    )
+    out = []
+    for number, total in sorted(adj.items()):
+        original = by_number[number]
+        out.append((number, original["account_id"], original["total"], total, original["total"] + total))
+    return out
+
+
+def _expect_7(raw: dict) -> list[tuple]:
+    usage = _final_usage(raw)
+    over = _sum_by(
+        [r for r in usage if r["charge"] == "overage_usage"],
+        lambda r: (r["period"], r["model"]),
+        lambda r: r["quantity"],
+    )
+    rev = _sum_by(usage, lambda r: (r["period"], r["model"]), lambda r: r["amount"])
+    rows = [(m, model, over.get((m, model), 0), v) for (m, model), v in rev.items()]
+    return sorted(rows, key=lambda r: (r[0], -r[3], r[1]))
+
+
+def _expect_8(raw: dict) -> list[tuple]:
+    usage = _final_usage(raw)
+    key = lambda r: (r["period"], r["model"], r["speed_tier"])  # noqa: E731
+    over = _sum_by([r for r in usage if r["charge"] == "overage_usage"], key, lambda r: r["quantity"])
+    rev = _sum_by(usage, key, lambda r: r["amount"])
+    return [(*k, _q(rev[k] * 1_000_000 / q, "0.0001")) for k, q in sorted(over.items()) if q > 0]
+
+
+def _expect_9(raw: dict) -> list[tuple]:
+    usage = _final_usage(raw)
+    inc = _sum_by(
+        [r for r in usage if r["charge"] == "included_usage"], lambda r: r["period"], lambda r: r["quantity"]
+    )
+    over = _sum_by(
+        [r for r in usage if r["charge"] == "overage_usage"], lambda r: r["period"], lambda r: r["quantity"]
+    )
+    months = sorted(set(inc) | set(over))
+    return [
+        (m, inc.get(m, 0), over.get(m, 0), _q(100 * inc.get(m, 0) / (inc.get(m, 0) + over.get(m, 0)), "0.01"))
+        for m in months
+    ]
+
+
+def _expect_10(raw: dict) -> list[tuple]:
+    groups: dict = defaultdict(list)
+    for p in raw["pools"]:
+        groups[(p["period_start"].strftime("%Y-%m"), p["plan"], p["pool"])].append(p)
+    out = []
+    for k, ps in sorted(groups.items()):
+        util = sum(Decimal(p["used"]) / Decimal(p["allowance"]) for p in ps) / len(ps)
+        out.append((*k, len(ps), sum(p["exhausted_at"] is not None for p in ps), _q(util, "0.0001")))
+    return out
+
+
+def _expect_11(raw: dict) -> list[tuple]:
+    voided = [d for d in raw["docs"] if d["status"] == "void"]
+    return [
+        (d["invoice_number"], d["account_id"], d["total"], d["void_reason"])
+        for d in sorted(voided, key=lambda d: d["invoice_number"])
+    ]
+
+
+def _expect_12(raw: dict) -> list[tuple]:
+    by_period: dict = defaultdict(list)
+    for d in raw["docs"]:
+        if d["invoice_number"]:
+            by_period[d["period"]].append(d["invoice_number"])
+    return [(p, len(ns), min(ns), max(ns)) for p, ns in sorted(by_period.items())]
+
+
+EXPECTED = [
+    _expect_1,
+    _expect_2,
+    _expect_3,
+    _expect_4,
+    _expect_5,
+    _expect_6,
+    _expect_7,
+    _expect_8,
+    _expect_9,
+    _expect_10,
+    _expect_11,
+    _expect_12,
+]
+
+
+def doc_queries() -> list[tuple[str, str]]:
+    text_ = (ROOT / "docs" / "finance.md").read_text()
+    return re.findall(r"^### (.+?)\n\n```sql\n(.*?)```", text_, flags=re.S | re.M)
+
+
+def test_the_doc_has_at_least_ten_questions_each_with_a_check():
+    queries = doc_queries()
+    assert len(queries) >= 10 and len(queries) == len(EXPECTED)
+
+
+@pytest.mark.parametrize("index", range(len(EXPECTED)), ids=[f"q{i + 1}" for i in range(len(EXPECTED))])
+def test_each_documented_question_answers_what_the_invoices_say(finance_db, index):
+    title, sql = doc_queries()[index]
+    expected = _rows(EXPECTED[index](_raw(finance_db)))
+    assert _answer(finance_db, sql) == expected, title
+
+
+def test_the_scenario_has_what_the_questions_are_about(finance_db):
+    raw = _raw(finance_db)
+    statuses = {(d["kind"], d["status"]) for d in raw["docs"]}
+    assert {("invoice", "finalized"), ("adjustment", "finalized"), ("invoice", "void")} <= statuses
+    numbers = sorted(int(d["invoice_number"][-6:]) for d in raw["docs"] if d["invoice_number"])
+    assert numbers == list(range(1, len(numbers) + 1))  # gapless across all finalize runs
+    assert all(r.unmetered_tokens == 0 and r.uninvoiced_tokens == 0 for r in raw["recon"])
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM usage_daily LIMIT 1",
+        "SELECT * FROM accounts LIMIT 1",
+        "SELECT * FROM billable_usage LIMIT 1",
+        "SELECT * FROM invoices LIMIT 1",
+        "SELECT * FROM invoice_lines LIMIT 1",
+        "SELECT * FROM ingest_runs LIMIT 1",
+        "SELECT * FROM alembic_version",
+        "INSERT INTO invoice_counters VALUES ('2099-01', 0)",
+        "UPDATE finance_pool_utilization SET used = 0",
+        "DELETE FROM finance_pool_utilization",
+        "CREATE TABLE finance_scratch (x int)",
+    ],
+)
+def test_finance_reader_cannot_read_raw_tables_or_write(finance_db, sql):
+    done = _psql(finance_db, sql)
+    assert done.returncode != 0
+    assert "permission denied" in done.stderr
+
+
+def test_no_finance_view_exposes_user_ids_or_events(finance_db):
+    done = _psql(
+        finance_db,
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public'",
+    )
+    assert done.returncode == 0, done.stderr
+    visible = {tuple(r) for r in csv.reader(io.StringIO(done.stdout))}
+    tables = {t for t, _ in visible} - {"table_name"}
+    assert tables and all(t.startswith("finance_") for t in tables)
+    assert not any("user" in c or c == "event_id" for _, c in visible)
