@@ -24,7 +24,21 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Date,
+    Engine,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.types import TIMESTAMP
@@ -94,7 +108,7 @@ def draft(engine: Engine, catalog: Catalog, month: str) -> DraftResult:
     now = dt.datetime.now(dt.UTC)
     with engine.begin() as conn:
         lock_month(conn, month)
-        billable = _billable(conn, first, last)
+        billable = _billable(conn, first, last, catalog)
         plans = _plans(conn, first, last)
         try:
             truth = build_lines(billable, plans, catalog, month)
@@ -120,15 +134,38 @@ def draft(engine: Engine, catalog: Catalog, month: str) -> DraftResult:
     return DraftResult(month, invoices.num_rows, adjusting.num_rows, lines.num_rows, total, replaced)
 
 
-def _billable(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
+def _billable(conn: Connection, first: dt.date, last: dt.date, catalog: Catalog) -> pa.Table:
+    """The month's billable usage summed per account, model, tier, kind and price in force.
+
+    Rows whose rate days share a price collapse into one (``rate_day`` = the first of them), so the
+    database returns about one row per account, model, tier and kind instead of one per day.
+    """
     b = BillableUsage.__table__.c
-    keys = [b.account_id, b.model, b.speed_tier, b.token_kind, b.rate_day]
+    keys = [b.account_id, b.model, b.speed_tier, b.token_kind, price_in_force(b, catalog)]
     query = (
-        select(*keys, func.sum(b.included_tokens), func.sum(b.overage_tokens))
+        select(*keys[:4], func.min(b.rate_day), func.sum(b.included_tokens), func.sum(b.overage_tokens))
         .where(b.local_day.between(first, last))
         .group_by(*keys)
     )
     return read_arrow(conn, query, BILLABLE_SCHEMA)
+
+
+def price_in_force(b, catalog: Catalog):  # type: ignore[no-untyped-def]
+    """SQL for the effective_from of the price in force on ``rate_day`` (null where none): a CASE
+    built from the catalog, newest price first (its size follows the catalog, not the data)."""
+    starts = sorted(
+        {(p.model, p.tier, p.effective_from) for p in catalog.prices}, key=lambda s: s[2], reverse=True
+    )
+    if not starts:
+        return literal(None, Date)
+    whens = [
+        (
+            and_(b.model == model, b.speed_tier == tier, b.rate_day >= literal(start, Date)),
+            literal(start, Date),
+        )
+        for model, tier, start in starts
+    ]
+    return case(*whens, else_=literal(None, Date))
 
 
 def _plans(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:

@@ -121,15 +121,23 @@ def insert_arrow(conn: Connection, table: Table, rows: pa.Table) -> int:
 
 
 def _sqlite_plain(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t) or pa.types.is_date32(t)
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_timestamp(t)
+    )
 
 
 def _sqlite_executemany(conn: Connection, table: Table, rows: pa.Table) -> None:
     """The DBAPI cursor's executemany with column-wise tuples, on the caller's transaction.
 
-    Dates go in as ISO text, the format SQLAlchemy's SQLite Date type stores and reads.
+    Dates and timestamps go in as text in the formats SQLAlchemy's SQLite types store and read
+    (timestamps in UTC, microseconds); decimals as exact text, which SQLite's NUMERIC affinity takes.
     """
-    columns = [pc.cast(c, pa.string()) if pa.types.is_date32(c.type) else c for c in rows.columns]
+    columns = [_sqlite_value(c) for c in rows.columns]
     names = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in rows.column_names)
     sql = (
         f"INSERT INTO {conn.dialect.identifier_preparer.format_table(table)} ({names}) "
@@ -142,6 +150,15 @@ def _sqlite_executemany(conn: Connection, table: Table, rows: pa.Table) -> None:
             cursor.executemany(sql, zip(*chunk, strict=True))
     finally:
         cursor.close()
+
+
+def _sqlite_value(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_date32(column.type) or pa.types.is_decimal(column.type):
+        return pc.cast(column, pa.string())
+    if pa.types.is_timestamp(column.type):
+        utc = pc.cast(column, pa.timestamp("us", tz="UTC"))
+        return pc.strftime(utc, format="%Y-%m-%d %H:%M:%S")  # %S carries the microseconds
+    return column
 
 
 def _copy(conn: Connection, table: Table, rows: pa.Table) -> None:
@@ -161,9 +178,29 @@ def _copy(conn: Connection, table: Table, rows: pa.Table) -> None:
 
 
 def read_arrow(conn: Connection, statement: Executable, schema: pa.Schema) -> pa.Table:
-    """Run a Core SELECT whose result columns are ``schema``'s, in order, into an Arrow table."""
-    rows = conn.execute(statement).all()
+    """Run a Core SELECT whose result columns are ``schema``'s, in order, into an Arrow table.
+
+    Rows come straight from the DBAPI cursor (no per-value SQLAlchemy processing): SQLite hands dates
+    back as ISO text, which Arrow casts column by column.
+    """
+    result = conn.execute(statement)
+    try:
+        rows = result.cursor.fetchall() if result.cursor is not None else []
+    finally:
+        result.close()
     if not rows:
         return schema.empty_table()
-    columns = list(zip(*rows, strict=True))
-    return pa.table([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
+    arrays = []
+    for values, field in zip(zip(*rows, strict=True), schema, strict=True):
+        if pa.types.is_date32(field.type) and any(isinstance(v, str) for v in values):
+            arrays.append(pa.array(values, pa.string()).cast(pa.date32()))
+        elif pa.types.is_timestamp(field.type) and any(isinstance(v, str) for v in values):
+            naive = pa.array(values, pa.string()).cast(pa.timestamp(field.type.unit))  # stored in UTC
+            arrays.append(pc.assume_timezone(naive, "UTC") if field.type.tz else naive)
+        elif pa.types.is_decimal(field.type) and any(isinstance(v, (float, int, str)) for v in values):
+            # SQLite keeps NUMERIC as INTEGER or REAL; the shortest repr of a stored value is exact
+            text_ = [None if v is None else str(v) for v in values]
+            arrays.append(pa.array(text_, pa.string()).cast(field.type))
+        else:
+            arrays.append(pa.array(values, field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
