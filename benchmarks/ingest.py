@@ -20,6 +20,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from benchmarks.common import ROOT, cli, command_line, machine, run_duckdb, run_measured, write_section
 
 DAY = dt.date(2026, 3, 2)
@@ -70,13 +72,14 @@ def _generate(workdir: Path, events: int) -> int:
     return gen.events.num_rows
 
 
-def _ours(workdir: Path, fmt: str, extra: list[str]) -> tuple[float, float]:
+def _ours(workdir: Path, fmt: str, extra: list[str], shards: int = 8) -> tuple[float, float]:
     run = workdir / "run"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir()
     base = cli(run / "w.db", run / "lake", workdir / fmt)
     run_measured([*base, "db", "upgrade"])
-    wall, rss, out = run_measured([*base, "events", "ingest", "--date", DAY.isoformat(), *extra])
+    command = [*base, "events", "ingest", "--date", DAY.isoformat(), "--shards", str(shards), *extra]
+    wall, rss, out = run_measured(command)
     assert "clean" in out, out
     return wall, rss
 
@@ -94,6 +97,28 @@ def _duckdb(workdir: Path, fmt: str) -> tuple[float, float, int]:
     sql = DUCKDB_SQL.format(reader=reader, out=out)
     wall, rss, last = run_duckdb(sql)
     return wall, rss, int(last)
+
+
+def _memory_by_shard_size(workdir: Path, n: int) -> str:
+    """Half the files with half the shards, all files with all shards, all files with twice the shards."""
+    files = sorted((workdir / "parquet" / DAY.isoformat()).iterdir())
+    half = workdir / "parquet-half" / DAY.isoformat()
+    half.mkdir(parents=True)
+    for f in files[: len(files) // 2]:
+        (half / f.name).symlink_to(f)
+    half_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in half.iterdir())
+    rows, peaks = [], []
+    for folder, events, shards in (("parquet-half", half_rows, 4), ("parquet", n, 8), ("parquet", n, 16)):
+        wall, rss = _ours(workdir, folder, [], shards)
+        peaks.append(rss)
+        rows.append(f"| {events:,} | {shards} | {events // shards:,} | {wall:.1f} s | {rss:,.0f} MB |")
+        print(rows[-1], flush=True)
+    growth = peaks[1] / peaks[0] - 1
+    verdict = (
+        f"peak RSS {peaks[0]:,.0f} MB at {half_rows:,} events and {peaks[1]:,.0f} MB at {n:,} ({growth:+.0%}); "
+        + ("bounded by the shard size." if growth < 0.25 else "NOT bounded by the shard size yet (see below).")
+    )
+    return "\n".join(rows), verdict
 
 
 def main() -> None:
@@ -120,6 +145,7 @@ def main() -> None:
                 f"{rss:,.0f} MB | {duck_wall / wall:.2f} |"
             )
         print(rows[-3:], flush=True)
+    memory, memory_verdict = _memory_by_shard_size(workdir, n)
     shutil.rmtree(workdir, ignore_errors=True)
     body = "\n".join(rows)
     write_section(
@@ -132,6 +158,12 @@ Data: {n:,} events of one landing day (generator, seed 3), files of 1M rows; Duc
 | input | engine | wall | events/s | peak RSS (tree) | speed vs DuckDB |
 |---|---|---:|---:|---:|---:|
 {body}
+
+Memory at two sizes (Parquet, in process), with the same rows per dedup shard: {memory_verdict}
+
+| events | shards | rows per shard | wall | peak RSS (tree) |
+|---:|---:|---:|---:|---:|
+{memory}
 
 Wall time includes process start-up (Python, Beam and pyarrow imports, about 2 s for this pipeline).
 Both sides read, check rows, drop duplicate event_ids and write zstd Parquet; this pipeline also
