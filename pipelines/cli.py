@@ -41,6 +41,8 @@ dq_app = typer.Typer(no_args_is_help=True, help="Data-quality gate on clean lake
 app.add_typer(dq_app, name="dq")
 quota_app = typer.Typer(no_args_is_help=True, help="Quota pools: metering and balances.")
 app.add_typer(quota_app, name="quota")
+retirement_app = typer.Typer(no_args_is_help=True, help="Adoption analytics and retirement reports.")
+app.add_typer(retirement_app, name="retirement")
 invoices_app = typer.Typer(no_args_is_help=True, help="Invoices: draft, finalize, void, export.")
 app.add_typer(invoices_app, name="invoices")
 
@@ -350,6 +352,29 @@ def invoices_export(
     n = export(_invoice_engine(ctx), month, out_dir, fmt)
     out.print(
         f"{month}: {n['invoices']:,} documents, {n['lines']:,} lines, {n['html']:,} HTML pages in {out_dir}"
+    )
+
+
+@retirement_app.command("report")
+def retirement_report(
+    ctx: typer.Context,
+    as_of: Annotated[str, typer.Option("--as-of", help="report date, YYYY-MM-DD (complete weeks up to it)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+) -> None:
+    """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
+    from pipelines.beam_options import parse_date
+    from pipelines.retirement import run as report
+    from pipelines.warehouse import make_engine, require_schema
+
+    s = _settings(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    with _step(f"retirement report as of {as_of}"):
+        data = report(engine, s.catalog, parse_date(as_of, "--as-of"), out_dir, s.lake)
+    flagged = [m["model"] for m in data["models"] if m["flagged"]]
+    out.print(
+        f"{as_of}: {len(data['models'])} models over weeks {data['weeks'][0]}..{data['weeks'][-1]}; "
+        f"candidates: {', '.join(flagged) if flagged else 'none'}; report in {out_dir / 'report.html'}"
     )
 
 

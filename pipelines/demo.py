@@ -11,15 +11,16 @@ import os
 import shutil
 import time
 from collections import defaultdict
+from decimal import Decimal
 from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 
-from pipelines import aggregate, ingest, lake, meter, quality
+from pipelines import aggregate, ingest, invoicing, lake, meter, quality
 from pipelines.accounts import load_accounts
 from pipelines.errors import UsageBillingError
 from pipelines.generate import GeneratorConfig, generate, write_landing
@@ -123,6 +124,7 @@ def run_demo(
         "data quality",
         "aggregate usage",
         "meter quota pools",
+        "invoices",
     ]
     progress = Progress(
         SpinnerColumn(),
@@ -160,13 +162,23 @@ def run_demo(
         aggregate.run([*settings.argv(), *date_args(dates), *beam_args])
         progress.advance(overall)
         step(steps[6])
-        metered = meter.run([*settings.argv(), *date_args(dates), *beam_args])
+        # One local day on each side, so that events of the UTC range on accounts' local Jan 31 and
+        # Oct 1 are metered too (the reconciliation then accounts for every token).
+        local = [dates[0] - dt.timedelta(days=1), *dates, dates[-1] + dt.timedelta(days=1)]
+        metered = meter.run([*settings.argv(), *date_args(local), *beam_args])
+        progress.advance(overall)
+        step(steps[7])
+        months = sorted({d.strftime("%Y-%m") for d in dates})
+        for month in months:
+            invoicing.draft(engine, catalog, month)
+            invoicing.finalize(engine, month)
         progress.advance(overall)
         step("done")
     _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
     _speed(out, speed_by_model_tier(engine))
     _quota(out, engine, metered)
     _backup_tank(out, engine, settings)
+    _invoices(out, engine, months, catalog.currency)
     failed = [r for r in reports if r.failed_errors]
     out.print(
         f"data quality: {len(reports)} partitions checked, {len(failed)} failed"
@@ -174,6 +186,65 @@ def run_demo(
         + f"; reports under {lake.join(settings.lake, 'dq')}"
     )
     engine.dispose()
+
+
+def _invoices(out: Console, engine: Engine, months: list[str], currency: str) -> None:
+    """Finalized revenue per month by speed tier (from the finance views) and the reconciliation."""
+    with engine.connect() as conn:
+        revenue = conn.execute(
+            text(
+                "SELECT month, speed_tier, sum(revenue) FROM finance_revenue_by_model_tier "
+                "GROUP BY month, speed_tier"
+            )
+        ).all()
+        docs = dict(
+            conn.execute(
+                text(
+                    "SELECT period, count(*) FROM finance_invoice_summary "
+                    "WHERE status = 'finalized' GROUP BY 1"
+                )
+            ).all()
+        )
+        fees = dict(
+            conn.execute(
+                text("SELECT period, sum(plan_fee_amount) FROM finance_invoice_summary GROUP BY 1")
+            ).all()
+        )
+        recon = {r.month: r for r in conn.execute(text("SELECT * FROM finance_reconciliation"))}
+    by = defaultdict(dict)
+    for month, tier, amount in revenue:
+        by[month][tier] = Decimal(str(amount))
+    table = Table(
+        title=f"Finalized invoices ({currency}): usage revenue by tier; off = tokens not reconciled",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for col in (
+        "month",
+        "invoices",
+        "plan fees",
+        "standard",
+        "priority",
+        "ultrafast",
+        "uf share",
+        "off",
+    ):
+        table.add_column(col, justify="left" if col == "month" else "right", no_wrap=True)
+    for month in months:
+        tiers = by.get(month, {})
+        usage = sum(tiers.values(), Decimal(0))
+        fast = tiers.get("ultrafast", Decimal(0))
+        r = recon.get(month)
+        off = (r.unmetered_tokens + r.uninvoiced_tokens) if r is not None else 0
+        table.add_row(
+            month,
+            f"{docs.get(month, 0):,}",
+            f"{Decimal(str(fees.get(month) or 0)):,.0f}",
+            *(f"{tiers.get(t, Decimal(0)):,.0f}" for t in ("standard", "priority", "ultrafast")),
+            f"{fast / usage:.1%}" if usage else "-",
+            f"{off:,}",
+        )
+    out.print(table)
 
 
 def _quota(out: Console, engine: Engine, metered: dict[str, int]) -> None:
@@ -194,42 +265,12 @@ def _quota(out: Console, engine: Engine, metered: dict[str, int]) -> None:
 
 def _backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
     """For each model with its own pool: share of its weekly use while the main pool was exhausted."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
-    from billing.quota import attach_accounts, backup_tank_weekly, own_pool_models
-    from pipelines.meter import load_accounts_table
+    from billing.quota import own_pool_models
+    from pipelines.quota_view import backup_tank
 
-    p = PoolUsage.__table__
-    with engine.connect() as conn:
-        rows = [
-            dict(r._mapping)
-            for r in conn.execute(
-                select(p.c.account_id, p.c.plan, p.c.pool, p.c.period_start, p.c.exhausted_at).where(
-                    p.c.exhausted_at.is_not(None)
-                )
-            )
-        ]
-    pools = pa.Table.from_pylist(
-        rows,
-        schema=pa.schema(
-            [
-                ("account_id", pa.string()),
-                ("plan", pa.string()),
-                ("pool", pa.string()),
-                ("period_start", pa.date32()),
-                ("exhausted_at", pa.timestamp("us", tz="UTC")),
-            ]
-        ),
-    )
-    accounts = load_accounts_table(engine)
     for model in own_pool_models(settings.catalog):
-        events = ds.dataset(lake.join(settings.lake, lake.EVENTS), format="parquet").to_table(
-            columns=["event_time", "account_id", "model", "input_tokens", "output_tokens"],
-            filter=pc.field("model") == model,
-        )
-        weekly = backup_tank_weekly(attach_accounts(events, accounts), pools, settings.catalog, model)
+        weekly = backup_tank(engine, settings.lake, settings.catalog, model)
         table = Table(
             title=f"{model}: use while the main pool was exhausted (backup tank)",
             box=box.SIMPLE_HEAD,

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Engine, and_, select
 
 from billing.quota import period_end, period_start
@@ -79,3 +81,43 @@ def pool_state(engine: Engine, catalog: Catalog, account: str, at: str | None) -
                 f"resets {resets:%Y-%m-%d %H:%M %Z}"
             )
     return view
+
+
+def backup_tank(
+    engine: Engine, lake_root: str, catalog: Catalog, model: str, since: dt.date | None = None
+) -> pa.Table:
+    """Per account-local ISO week: ``model``'s accounts and tokens, and how many of them came while the
+    account's main pool was exhausted (``billing.quota.backup_tank_weekly`` on the lake's events)."""
+    import pyarrow.dataset as ds
+
+    from billing.quota import attach_accounts, backup_tank_weekly
+    from pipelines import lake
+    from pipelines.meter import load_accounts_table
+
+    p = PoolUsage.__table__
+    query = select(p.c.account_id, p.c.plan, p.c.pool, p.c.period_start, p.c.exhausted_at).where(
+        p.c.exhausted_at.is_not(None)
+    )
+    with engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+    pools = pa.Table.from_pylist(rows, schema=POOL_SCHEMA)
+    condition = pc.field("model") == model
+    if since is not None:
+        condition = condition & (
+            pc.field("event_time") >= pa.scalar(dt.datetime.combine(since, dt.time(), dt.UTC))
+        )
+    events = ds.dataset(lake.join(lake_root, lake.EVENTS), format="parquet").to_table(
+        columns=["event_time", "account_id", "model", "input_tokens", "output_tokens"], filter=condition
+    )
+    return backup_tank_weekly(attach_accounts(events, load_accounts_table(engine)), pools, catalog, model)
+
+
+POOL_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("plan", pa.string()),
+        ("pool", pa.string()),
+        ("period_start", pa.date32()),
+        ("exhausted_at", pa.timestamp("us", tz="UTC")),
+    ]
+)

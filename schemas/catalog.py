@@ -109,11 +109,26 @@ class Plan(_Strict):
         return sorted(self.pools, key=lambda p: p.priority)
 
 
+class AdoptionConfig(_Strict):
+    """Thresholds of the adoption analytics and the retirement detector (``[adoption]``)."""
+
+    weeks: int = Field(12, ge=8, le=104, description="complete ISO weeks looked at")
+    min_weeks: int = Field(8, ge=4, description="usable weeks needed to test a model")
+    fdr_q: float = Field(0.10, gt=0, lt=1, description="Benjamini-Hochberg level across models and metrics")
+    min_weekly_decline: float = Field(0.05, ge=0, lt=1, description="accounts lost per week, at least")
+    min_median_drop: float = Field(0.25, ge=0, lt=1, description="last 4 weeks' median below the first 4's")
+    floor_accounts: int = Field(25, ge=1, description="active accounts at which a model is not worth running")
+    heavy_min_days: int = Field(3, ge=1, le=7, description="active days in a week to count as heavy")
+    heavy_min_requests: int = Field(50, ge=1, description="requests in a week to count as heavy")
+    notice_days: int = Field(90, ge=0, description="notice between the announcement and retirement")
+
+
 class Catalog(_Strict):
     currency: str = Field(pattern=r"^[A-Z]{3}$")
     models: list[Model] = Field(min_length=1)
     prices: list[Price] = Field(default_factory=list)
     plans: list[Plan] = Field(default_factory=list)
+    adoption: AdoptionConfig = Field(default_factory=AdoptionConfig)
 
     @model_validator(mode="after")
     def _references(self) -> Catalog:

@@ -287,3 +287,61 @@ class InvoiceCounter(Base):
 
     period: Mapped[str] = mapped_column(String(7), primary_key=True)
     last_number: Mapped[int]
+
+
+class ModelWeekly(Base):
+    """Adoption per model and speed tier ('*' = all tiers) for complete ISO weeks (UTC days)."""
+
+    __tablename__ = "model_weekly"
+
+    week_start: Mapped[dt.date] = mapped_column(primary_key=True, comment="Monday of the ISO week")
+    model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True, comment="'*' = all tiers")
+    active_accounts: Mapped[int] = mapped_column(comment="exact distinct accounts with a request")
+    requests: Mapped[int]
+    tokens: Mapped[int] = mapped_column(comment="input + output tokens")
+    token_share: Mapped[float] = mapped_column(Float, comment="share of all platform tokens that week")
+    heavy_accounts: Mapped[int] = mapped_column(
+        comment="active on >= heavy_min_days days, >= heavy_min_requests"
+    )
+    new_accounts: Mapped[int] = mapped_column(comment="first week ever on the model")
+    returning_accounts: Mapped[int] = mapped_column(comment="active this week and the week before")
+    resurrected_accounts: Mapped[int] = mapped_column(comment="active again after at least one idle week")
+    dormant_accounts: Mapped[int] = mapped_column(comment="active the week before, not this week")
+    quick_ratio: Mapped[float | None] = mapped_column(Float, comment="(new + resurrected) / dormant")
+    dq_failed: Mapped[bool] = mapped_column(comment="a day of the week failed the data-quality gate")
+
+
+class ModelMigration(Base):
+    """Accounts that went dormant on a model in a week, and where their tokens went that week."""
+
+    __tablename__ = "model_migrations"
+
+    week_start: Mapped[dt.date] = mapped_column(primary_key=True, comment="the week they went dormant")
+    from_model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    to_model: Mapped[str] = mapped_column(String(100), primary_key=True, comment="'(none)' = no usage")
+    accounts: Mapped[int]
+    tokens: Mapped[int] = mapped_column(comment="their tokens on to_model that week")
+
+
+class RetirementCandidate(Base):
+    """One detector result per weekly run and model; flagged = detected this run and the previous one."""
+
+    __tablename__ = "retirement_candidates"
+
+    as_of: Mapped[dt.date] = mapped_column(primary_key=True, comment="the run's date")
+    model: Mapped[str] = mapped_column(String(100), primary_key=True)
+    method_version: Mapped[str] = mapped_column(String(64))
+    last_week: Mapped[dt.date] = mapped_column(comment="the last complete week used")
+    weeks_used: Mapped[int]
+    detected: Mapped[bool]
+    flagged: Mapped[bool] = mapped_column(comment="detected this week and the week before: a candidate")
+    accounts_weekly_change: Mapped[float | None] = mapped_column(Float)
+    accounts_change_low: Mapped[float | None] = mapped_column(Float, comment="90% interval")
+    accounts_change_high: Mapped[float | None] = mapped_column(Float)
+    accounts_q: Mapped[float | None] = mapped_column(Float, comment="Benjamini-Hochberg adjusted p")
+    share_weekly_change: Mapped[float | None] = mapped_column(Float)
+    share_q: Mapped[float | None] = mapped_column(Float)
+    successor: Mapped[str | None] = mapped_column(String(100))
+    reason: Mapped[str] = mapped_column(String(1000))
+    details: Mapped[dict] = mapped_column(comment="the report's numbers for this model")

@@ -1,0 +1,273 @@
+"""The retirement report as one self-contained HTML page (inline SVG charts, no scripts) and Markdown."""
+
+from __future__ import annotations
+
+import html
+import math
+
+PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+CANDIDATE = "#d62728"
+LIFECYCLE = {"new_accounts": "#2ca02c", "resurrected_accounts": "#1f77b4", "returning_accounts": "#b0b0b0"}
+DORMANT = "#ff7f0e"
+e = html.escape
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _num(x: object) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.2%}" if x < 1 else f"{x:,.0f}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def accounts_chart(data: dict, width: int = 860, height: int = 320) -> str:
+    """Weekly active accounts per model on a log scale; candidates in red with their trend line."""
+    models = data["models"]
+    weeks = data["weeks"]
+    left, right, top, bottom = 60, 170, 20, 40
+    w, h = width - left - right, height - top - bottom
+    values = [v for m in models for v in m["weekly_active_accounts"].values() if v > 0] or [1]
+    lo, hi = math.log10(max(min(values), 1)), math.log10(max(values) * 1.2)
+    hi = max(hi, lo + 1)
+
+    def x(i: float) -> float:
+        return left + w * i / max(len(weeks) - 1, 1)
+
+    def y(v: float) -> float:
+        return top + h * (1 - (math.log10(max(v, 10**lo)) - lo) / (hi - lo))
+
+    parts = [
+        f"<svg class='chart' id='accounts-chart' width='{width}' height='{height}' role='img' aria-label='weekly active accounts per model'>"
+    ]
+    for k in range(math.floor(lo), math.ceil(hi) + 1):
+        yy = y(10**k)
+        if top <= yy <= top + h:
+            parts.append(f"<line x1='{left}' x2='{left + w}' y1='{yy:.1f}' y2='{yy:.1f}' stroke='#e5e5e5'/>")
+            parts.append(
+                f"<text x='{left - 6}' y='{yy + 4:.1f}' text-anchor='end' font-size='11'>{10**k:,}</text>"
+            )
+    for i, week in enumerate(weeks):
+        if i % 2 == 0:
+            parts.append(
+                f"<text x='{x(i):.1f}' y='{top + h + 16}' text-anchor='middle' font-size='10'>{e(week[5:])}</text>"
+            )
+    for n, m in enumerate(models):
+        color = CANDIDATE if m["flagged"] else PALETTE[n % len(PALETTE)]
+        series = list(m["weekly_active_accounts"].values())
+        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(series))
+        width_ = 3 if m["flagged"] else 1.5
+        parts.append(f"<polyline fill='none' stroke='{color}' stroke-width='{width_}' points='{points}'/>")
+        parts.append(
+            f"<text x='{left + w + 6}' y='{y(series[-1]) + 4:.1f}' font-size='11' fill='{color}'>{e(m['model'])}</text>"
+        )
+        trend = (m.get("candidate") or {}).get("trend")
+        if trend:
+            a, b = trend["intercept"], trend["slope"]
+            ends = [(0, math.exp(a)), (len(weeks) - 1, math.exp(a + b * (len(weeks) - 1)))]
+            parts.append(
+                f"<line class='trend' x1='{x(ends[0][0]):.1f}' y1='{y(ends[0][1]):.1f}' x2='{x(ends[1][0]):.1f}' "
+                f"y2='{y(ends[1][1]):.1f}' stroke='{CANDIDATE}' stroke-width='2' stroke-dasharray='6 4'/>"
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def lifecycle_chart(rows: list[dict], width: int = 860, height: int = 220) -> str:
+    """Per week: new, resurrected and returning accounts up; dormant accounts down."""
+    left, top, bottom = 60, 10, 30
+    w, h = width - left - 20, height - top - bottom
+    up = [sum(r[k] for k in LIFECYCLE) for r in rows] or [1]
+    down = [r["dormant_accounts"] for r in rows] or [0]
+    scale = h / max(max(up) + max(down), 1)
+    zero = top + max(up) * scale
+    bar = w / max(len(rows), 1)
+    parts = [
+        f"<svg class='chart lifecycle' width='{width}' height='{height}' role='img' aria-label='lifecycle'>"
+    ]
+    for i, r in enumerate(rows):
+        x0 = left + i * bar + 2
+        y0 = zero
+        for key, color in LIFECYCLE.items():
+            hh = r[key] * scale
+            y0 -= hh
+            parts.append(
+                f"<rect x='{x0:.1f}' y='{y0:.1f}' width='{bar - 4:.1f}' height='{hh:.1f}' fill='{color}'/>"
+            )
+        parts.append(
+            f"<rect x='{x0:.1f}' y='{zero:.1f}' width='{bar - 4:.1f}' height='{r['dormant_accounts'] * scale:.1f}' fill='{DORMANT}'/>"
+        )
+        if i % 2 == 0:
+            parts.append(
+                f"<text x='{x0 + bar / 2:.1f}' y='{height - 8}' text-anchor='middle' font-size='10'>{e(r['week_start'][5:])}</text>"
+            )
+    parts.append(f"<line x1='{left}' x2='{left + w}' y1='{zero:.1f}' y2='{zero:.1f}' stroke='#333'/>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def migration_chart(matrix: list[dict], source: str, width: int = 860) -> str:
+    """Where the accounts that went dormant on the model took their tokens: one bar per destination."""
+    rows = matrix[:8]
+    height = 30 + 26 * len(rows)
+    most = max((r["accounts"] for r in rows), default=1) or 1
+    parts = [
+        f"<svg class='chart migration' width='{width}' height='{height}' role='img' aria-label='migration'>"
+    ]
+    parts.append(f"<text x='10' y='16' font-size='12'>from {e(source)} to:</text>")
+    for i, r in enumerate(rows):
+        yy = 26 + i * 26
+        bw = 400 * r["accounts"] / most
+        color = "#cccccc" if r["to_model"] == "(none)" else PALETTE[i % len(PALETTE)]
+        parts.append(
+            f"<text x='200' y='{yy + 14}' text-anchor='end' font-size='12'>{e(r['to_model'])}</text>"
+        )
+        parts.append(f"<rect x='210' y='{yy}' width='{bw:.1f}' height='18' fill='{color}'/>")
+        parts.append(
+            f"<text x='{216 + bw:.1f}' y='{yy + 14}' font-size='11'>{r['accounts']:,} accounts, {r['tokens']:,} tokens</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _point_table(c: dict) -> str:
+    keys = ("active_accounts", "requests", "tokens", "token_share", "heavy_accounts")
+    head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in keys)
+    body = ""
+    for label, key in (("current", "current"), ("peak", "peak"), ("8 weeks ago", "eight_weeks_ago")):
+        p = c[key]
+        body += (
+            f"<tr><th>{label} ({e(str(p.get('week_start', '-')))})</th>"
+            + "".join(f"<td class=n>{_num(p.get(k))}</td>" for k in keys)
+            + "</tr>"
+        )
+    return f"<table><tr><th></th>{head}</tr>{body}</table>"
+
+
+def _candidate(m: dict, lifecycle: list[dict]) -> str:
+    c = m["candidate"]
+    lo, hi = c["decline_interval_90"]
+    proj = c["projection"]
+    projection = (
+        f"active accounts projected to fall below {proj['floor_accounts']} between {proj['earliest']} and {proj['latest']}"
+        if proj
+        else "no projection (the decline's interval includes zero, or the floor is beyond twice the window)"
+    )
+    aff = c["affected"]
+    heavy = "".join(
+        f"<tr><td>{e(h['account_id'])}</td><td class=n>{h['active_days']}</td><td class=n>{h['requests']:,}</td><td class=n>{e(h['overage_revenue_30d'])}</td></tr>"
+        for h in aff["heavy_accounts"][:50]
+    )
+    backup = c.get("backup_tank")
+    timeline = "".join(f"<li><b>{e(s['date'])}</b>: {e(s['step'])}</li>" for s in c["timeline"])
+    return f"""
+<section class='candidate'>
+<h2>{e(m["model"])}: retirement candidate</h2>
+<p class='lead'>Weekly active accounts change <b>{_pct(c["decline_per_week"])}</b> a week (90% interval {_pct(lo)} to {_pct(hi)};
+q = {c["accounts_q"]:.3g}; token share q = {c["share_q"]:.3g}). Flagged this week and last week. {e(projection)}.</p>
+{_point_table(c)}
+<h3>Successor: {e(str(c["successor"]))} <small>({e(str(c["source"]))})</small></h3>
+{migration_chart(c["migration"], m["model"])}
+<h3>Lifecycle per week</h3>
+<p class='legend'><span style='color:#2ca02c'>■ new</span> <span style='color:#1f77b4'>■ resurrected</span> <span style='color:#b0b0b0'>■ returning</span> <span style='color:{DORMANT}'>■ went dormant</span></p>
+{lifecycle_chart(lifecycle)}
+<h3>Affected accounts</h3>
+<p>{aff["active_accounts_30d"]:,} accounts used it in the last 30 days; {len(aff["heavy_accounts"])} heavy accounts
+(overage revenue over 30 days: {e(aff["heavy_overage_revenue_30d"])} of {e(aff["overage_revenue_30d"])} for the model).
+{f"Backup tank: {backup['token_share']:.0%} of its tokens in the last 4 weeks were used while the account's main pool was exhausted." if backup else ""}</p>
+<table><tr><th>heavy account</th><th>active days (30 d)</th><th>requests</th><th>overage revenue (30 d)</th></tr>{heavy}</table>
+<h3>Suggested notice timeline</h3><ol>{timeline}</ol>
+</section>"""
+
+
+def render_html(data: dict) -> str:
+    candidates = [m for m in data["models"] if m["flagged"]]
+    rows = "".join(
+        f"<tr><td>{e(m['model'])}</td><td>{'candidate' if m['flagged'] else ('detected (first week)' if m['detected'] else 'no')}</td>"
+        f"<td class=n>{_pct(m['trends'].get('active_accounts', {}).get('weekly_change'))}</td>"
+        f"<td class=n>{m['trends'].get('active_accounts', {}).get('q', float('nan')):.3g}</td><td>{e(m['reason'])}</td></tr>"
+        for m in data["models"]
+    )
+    summary = (
+        f"{len(candidates)} model(s) flagged: " + ", ".join(e(m["model"]) for m in candidates)
+        if candidates
+        else "No model is a retirement candidate this week."
+    )
+    body = "".join(_candidate(m, data["lifecycle"].get(m["model"], [])) for m in candidates)
+    failed = ", ".join(data["dq_failed_weeks"]) or "none"
+    return f"""<!doctype html><html lang='en'><head><meta charset='utf-8'>
+<title>Model retirement report {e(data["as_of"])}</title><style>{CSS}</style></head><body>
+<h1>Model adoption and retirement report</h1>
+<p class='meta'>As of {e(data["as_of"])} · weeks {e(data["weeks"][0])} to {e(data["weeks"][-1])} · method {e(data["method_version"])} · weeks left out (data quality): {e(failed)}</p>
+<p class='lead'>{summary}</p>
+<h2>Weekly active accounts per model</h2>
+{accounts_chart(data)}
+<h2>All models</h2>
+<table><tr><th>model</th><th>status</th><th>accounts / week</th><th>q</th><th>why</th></tr>{rows}</table>
+{body}
+<p class='meta'>How to read this: a model is flagged when, over the last {data["thresholds"]["weeks"]} complete weeks, both its weekly active accounts and its share of platform tokens fall (one-sided Mann-Kendall, Benjamini-Hochberg q &le; {data["thresholds"]["fdr_q"]} across all models), accounts fall at least {data["thresholds"]["min_weekly_decline"]:.0%} a week and the last 4 weeks' median is at least {data["thresholds"]["min_median_drop"]:.0%} below the first 4 weeks', in this run and the previous one.</p>
+</body></html>"""
+
+
+def render_markdown(data: dict) -> str:
+    lines = [
+        f"# Model retirement report, {data['as_of']}",
+        "",
+        f"Weeks {data['weeks'][0]} to {data['weeks'][-1]}; method {data['method_version']}.",
+        "",
+    ]
+    lines += ["| model | status | accounts/week | q | why |", "|---|---|---:|---:|---|"]
+    for m in data["models"]:
+        t = m["trends"].get("active_accounts", {})
+        status = "candidate" if m["flagged"] else ("detected (first week)" if m["detected"] else "no")
+        lines.append(
+            f"| {m['model']} | {status} | {_pct(t.get('weekly_change'))} | {t.get('q', float('nan')):.3g} | {m['reason']} |"
+        )
+    for m in data["models"]:
+        if not m["flagged"]:
+            continue
+        c = m["candidate"]
+        lo, hi = c["decline_interval_90"]
+        lines += [
+            "",
+            f"## {m['model']}",
+            "",
+            f"- decline: {_pct(c['decline_per_week'])} a week (90% interval {_pct(lo)} to {_pct(hi)})",
+        ]
+        for label, key in (("current", "current"), ("peak", "peak"), ("8 weeks ago", "eight_weeks_ago")):
+            p = c[key]
+            lines.append(
+                f"- {label} ({p.get('week_start')}): {p['active_accounts']} accounts, {p['requests']:,} requests, {p['tokens']:,} tokens, share {p['token_share'] or 0:.2%}, {p['heavy_accounts']} heavy"
+            )
+        proj = c["projection"]
+        lines.append(
+            f"- projection: below {proj['floor_accounts']} accounts between {proj['earliest']} and {proj['latest']}"
+            if proj
+            else "- projection: none"
+        )
+        lines.append(
+            f"- successor: {c['successor']} ({c['source']}); migration: "
+            + ", ".join(f"{r['to_model']} {r['accounts']}" for r in c["migration"][:5])
+        )
+        aff = c["affected"]
+        lines.append(
+            f"- affected: {aff['active_accounts_30d']} accounts in 30 days; heavy: "
+            + ", ".join(h["account_id"] for h in aff["heavy_accounts"])
+        )
+        if c.get("backup_tank"):
+            lines.append(
+                f"- backup tank: {c['backup_tank']['token_share']:.0%} of its tokens while the main pool was exhausted"
+            )
+        lines += [f"- {s['date']}: {s['step']}" for s in c["timeline"]]
+    return "\n".join(lines) + "\n"
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;max-width:62rem;margin:2rem auto;color:#222;line-height:1.4}
+table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{padding:.2rem .5rem;border-bottom:1px solid #ddd;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums}.meta{color:#666;font-size:.9rem}.lead{font-size:1.05rem}
+section.candidate{border-left:4px solid #d62728;padding-left:1rem;margin:2rem 0}svg.chart{display:block;margin:.5rem 0}
+"""
