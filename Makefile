@@ -3,7 +3,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev
+EXTRAS ?= dev,airflow
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test lint constraints clean

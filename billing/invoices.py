@@ -39,6 +39,26 @@ LINE_SCHEMA = pa.schema(
         ("amount", AMOUNT),
     ]
 )
+# What build_lines reads: billable usage of the month (any grain finer than the lines) and plan rows.
+BILLABLE_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("model", pa.string()),
+        ("speed_tier", pa.string()),
+        ("token_kind", pa.string()),
+        ("rate_day", pa.date32()),
+        ("included_tokens", pa.int64()),
+        ("overage_tokens", pa.int64()),
+    ]
+)
+PLAN_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("plan", pa.string()),
+        ("active_from", pa.date32()),
+        ("active_until", pa.date32()),
+    ]
+)
 LINE_ORDER = {"plan_fee": 0, "overage_usage": 1, "included_usage": 2}
 KEY = ["account_id", "charge_type", "model", "speed_tier", "token_kind", "unit_price"]
 

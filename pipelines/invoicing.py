@@ -43,7 +43,15 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.types import TIMESTAMP
 
-from billing.invoices import LINE_SCHEMA, build_lines, difference, month_bounds, totals
+from billing.invoices import (
+    BILLABLE_SCHEMA,
+    LINE_SCHEMA,
+    PLAN_SCHEMA,
+    build_lines,
+    difference,
+    month_bounds,
+    totals,
+)
 from billing.pricing import MissingPriceError
 from pipelines.errors import UsageBillingError
 from pipelines.warehouse import insert_arrow, read_arrow
@@ -51,25 +59,6 @@ from schemas.catalog import Catalog
 from schemas.warehouse import Account, BillableUsage, Invoice, InvoiceCounter, InvoiceLine
 
 MAX_NUMBER = 999_999
-BILLABLE_SCHEMA = pa.schema(
-    [
-        ("account_id", pa.string()),
-        ("model", pa.string()),
-        ("speed_tier", pa.string()),
-        ("token_kind", pa.string()),
-        ("rate_day", pa.date32()),
-        ("included_tokens", pa.int64()),
-        ("overage_tokens", pa.int64()),
-    ]
-)
-PLAN_SCHEMA = pa.schema(
-    [
-        ("account_id", pa.string()),
-        ("plan", pa.string()),
-        ("active_from", pa.date32()),
-        ("active_until", pa.date32()),
-    ]
-)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.invoices import LINE_SCHEMA, build_lines, difference, plan_fee_lines, totals
+from billing.invoices import (
+    BILLABLE_SCHEMA,
+    LINE_SCHEMA,
+    PLAN_SCHEMA,
+    build_lines,
+    difference,
+    plan_fee_lines,
+    totals,
+)
 from billing.pricing import MissingPriceError, amounts, cents, rate_from, unit_prices
 from schemas.catalog import parse_catalog
 
@@ -63,25 +71,7 @@ CATALOG = parse_catalog(
     }
 )
 
-BILLABLE = pa.schema(
-    [
-        ("account_id", pa.string()),
-        ("model", pa.string()),
-        ("speed_tier", pa.string()),
-        ("token_kind", pa.string()),
-        ("rate_day", pa.date32()),
-        ("included_tokens", pa.int64()),
-        ("overage_tokens", pa.int64()),
-    ]
-)
-PLANS = pa.schema(
-    [
-        ("account_id", pa.string()),
-        ("plan", pa.string()),
-        ("active_from", pa.date32()),
-        ("active_until", pa.date32()),
-    ]
-)
+BILLABLE, PLANS = BILLABLE_SCHEMA, PLAN_SCHEMA
 
 
 def _days(*days: str) -> np.ndarray:

@@ -1,0 +1,107 @@
+"""
+### usage_daily
+
+One landing date per run (the data interval's start, UTC): wait for `landing/<date>/`, ingest it,
+run the data-quality gate on every partition it changed, aggregate those dates, re-meter the quota
+pools they touch (to the end of their periods). Late events are recomputed: ingest reports the past
+dates it changed and the next steps include them.
+
+Every task reads and writes only its dates' partitions and replaces them, so a rerun or a backfill
+(`airflow dags backfill usage_daily --start-date ... --end-date ...`) is safe. A failed quality gate
+stops the run with a message naming the checks; accept with `usage-billing dq accept` and clear it.
+
+Publishes `usage_daily` every day, `usage_week_complete` after a Sunday and `usage_month_closed`
+when the grace period after a month end has passed (the weekly and monthly DAGs run on those).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import dag, task
+
+from pipelines.dag_common import (
+    DEFAULT_ARGS,
+    MONTH_CLOSED,
+    MONTH_GRACE_DAYS,
+    START,
+    TAGS,
+    USAGE_DAY,
+    WEEK_COMPLETE,
+)
+
+
+@dag(
+    dag_id="usage_daily",
+    schedule="@daily",
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "daily"],
+    doc_md=__doc__,
+)
+def usage_daily():
+    @task.sensor(poke_interval=300, timeout=6 * 3600, mode="reschedule")
+    def wait_for_landing(ds=None) -> bool:
+        from pipelines.orchestration import landing_ready
+
+        return landing_ready(ds)
+
+    @task
+    def ingest(ds=None) -> dict:
+        from pipelines.orchestration import ingest_day
+
+        return ingest_day(ds)
+
+    @task(retries=0)  # a failed gate needs a person, not a retry
+    def quality_gate(ingested: dict) -> list[str]:
+        from pipelines.orchestration import quality_gate
+
+        return quality_gate(ingested)
+
+    @task
+    def aggregate(dates: list[str]) -> list[str]:
+        from pipelines.orchestration import aggregate_dates
+
+        return aggregate_dates(dates)
+
+    @task(outlets=[USAGE_DAY])
+    def meter(dates: list[str], ds=None, outlet_events=None) -> list[str]:
+        from pipelines.orchestration import meter_dates
+
+        metered = meter_dates(dates)
+        outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": dates}
+        return metered
+
+    @task(outlets=[WEEK_COMPLETE])
+    def week_complete(_: list[str], ds=None, outlet_events=None) -> str:
+        from airflow.exceptions import AirflowSkipException
+
+        day = dt.date.fromisoformat(ds)
+        if day.weekday() != 6:
+            raise AirflowSkipException(f"{ds} is not a Sunday")
+        outlet_events[WEEK_COMPLETE].extra = {"as_of": ds}
+        return ds
+
+    @task(outlets=[MONTH_CLOSED])
+    def month_closed(_: list[str], ds=None, outlet_events=None) -> str:
+        from airflow.exceptions import AirflowSkipException
+
+        day = dt.date.fromisoformat(ds)
+        closed = day - dt.timedelta(days=MONTH_GRACE_DAYS)
+        if closed.month == (closed + dt.timedelta(days=1)).month:
+            raise AirflowSkipException(f"{ds} is not {MONTH_GRACE_DAYS} days after a month end")
+        month = closed.strftime("%Y-%m")
+        outlet_events[MONTH_CLOSED].extra = {"month": month}
+        return month
+
+    ready = wait_for_landing()
+    day = ingest()
+    ready >> day
+    metered = meter(aggregate(quality_gate(day)))
+    week_complete(metered)
+    month_closed(metered)
+
+
+usage_daily()

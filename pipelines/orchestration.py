@@ -1,0 +1,174 @@
+"""The steps the Airflow DAGs run, one function per task, each on its own partition (date or month).
+
+The DAG files stay thin (STYLE.md): every task calls one function here with plain values (ISO dates,
+months) and returns plain values for XCom. Settings come from the USAGE_BILLING_* environment
+variables (``Settings.from_env``), read when a task runs, never when a DAG file is parsed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+from sqlalchemy import text
+
+from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.settings import Settings
+
+
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+def landing_ready(day: str) -> bool:
+    """The landing folder of ``day`` exists and holds at least one file."""
+    from pipelines import lake
+
+    folder = lake.join(settings().landing, day)
+    return lake.exists(folder) and bool(lake.list_files(folder, "*"))
+
+
+def ingest_day(day: str) -> dict:
+    """Ingest one landing date; returns the run id and every event date whose partition changed."""
+    from pipelines import ingest
+    from pipelines.jobs import date_args
+
+    s = settings()
+    result = ingest.run([*s.argv(), *date_args([dt.date.fromisoformat(day)])])
+    changed = sorted({dt.date.fromisoformat(day), *result.changed_dates})
+    return {"run_id": result.run_id, "dates": [d.isoformat() for d in changed]}
+
+
+def quality_gate(ingested: dict) -> list[str]:
+    """Validate the changed partitions; returns the dates that may go downstream.
+
+    A failed error-level check on the landing date stops the run (DataQualityError names the date,
+    the checks and the command to accept it); other dates whose gate failed are left out.
+    """
+    from pipelines import quality
+    from pipelines.warehouse import make_engine
+
+    s = settings()
+    dates = [dt.date.fromisoformat(d) for d in ingested["dates"]]
+    engine = make_engine(s.database_url)
+    try:
+        reports = quality.check_partitions(engine, s.lake, s.catalog, dates, ingested["run_id"])
+    finally:
+        engine.dispose()
+    quality.require_passed(reports, s.lake)
+    return [r.day.isoformat() for r in reports if not r.blocked]
+
+
+def aggregate_dates(dates: list[str]) -> list[str]:
+    from pipelines import aggregate
+    from pipelines.jobs import contiguous, date_args
+
+    s = settings()
+    days = sorted(dt.date.fromisoformat(d) for d in dates)
+    for run in contiguous(days):
+        aggregate.run([*s.argv(), *date_args(run)])
+    return dates
+
+
+def meter_dates(dates: list[str]) -> list[str]:
+    """Re-meter every local date the changed UTC dates can touch, to the end of their pool periods."""
+    from pipelines import meter
+    from pipelines.jobs import contiguous, date_args, meter_dates_for
+
+    s = settings()
+    local = meter_dates_for(sorted(dt.date.fromisoformat(d) for d in dates), s.catalog)
+    for run in contiguous(local):
+        meter.run([*s.argv(), *date_args(run)])
+    return [d.isoformat() for d in local]
+
+
+def previous_month(day: dt.date) -> str:
+    return (day.replace(day=1) - dt.timedelta(days=1)).strftime("%Y-%m")
+
+
+def draft_month(month: str) -> dict:
+    from pipelines import invoicing
+    from pipelines.warehouse import make_engine
+
+    s = settings()
+    r = invoicing.draft(make_engine(s.database_url), s.catalog, month)
+    return {"month": r.month, "invoices": r.invoices, "adjustments": r.adjustments, "total": str(r.total)}
+
+
+def reconcile_month(month: str) -> dict:
+    """Stop when the month's tokens do not match: usage_daily vs metered vs billable vs documents."""
+    from pipelines.warehouse import make_engine
+
+    engine = make_engine(settings().database_url)
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT * FROM finance_reconciliation WHERE month = :m"), {"m": month}
+        ).first()
+    engine.dispose()
+    if row is None:
+        raise UsageBillingError(f"{month}: nothing metered or invoiced for this month")
+    if row.unmetered_tokens or row.uninvoiced_tokens:
+        raise DataQualityError(
+            f"{month}: reconciliation failed: {row.unmetered_tokens:,} tokens in usage_daily not metered, "
+            f"{row.uninvoiced_tokens:,} metered tokens not on a document; not finalizing"
+        )
+    return {"month": month, "tokens": int(row.billable_tokens)}
+
+
+def finalize_month(month: str) -> dict:
+    from pipelines import invoicing
+    from pipelines.warehouse import make_engine
+
+    r = invoicing.finalize(make_engine(settings().database_url), month)
+    return {"month": month, "finalized": r.finalized, "first": r.first_number, "last": r.last_number}
+
+
+def exports_root() -> str:
+    return os.environ.get("USAGE_BILLING_EXPORTS", str(Path(settings().lake).parent / "exports"))
+
+
+def export_month(month: str) -> str:
+    from pipelines.invoice_export import export
+    from pipelines.warehouse import make_engine
+
+    out = str(Path(exports_root()) / month)
+    export(make_engine(settings().database_url), month, out)
+    return out
+
+
+def months_to_adjust(month: str, lookback: int = 3) -> list[str]:
+    """Earlier months with finalized invoices, within ``lookback`` months: late events may change them."""
+    from pipelines.warehouse import make_engine
+
+    engine = make_engine(settings().database_url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT DISTINCT period FROM invoices WHERE status = 'finalized' AND period < :m"),
+            {"m": month},
+        ).all()
+    engine.dispose()
+    return sorted(r.period for r in rows)[-lookback:]
+
+
+def adjust_months(months: list[str]) -> list[dict]:
+    """Re-draft earlier months (adjustment documents only where late usage changed an account), check
+    their reconciliation, finalize the adjustments."""
+    done = []
+    for month in months:
+        drafted = draft_month(month)
+        reconcile_month(month)
+        done.append({**drafted, **finalize_month(month)})
+    return done
+
+
+def retirement_report(as_of: str) -> dict:
+    from pipelines.retirement import run
+    from pipelines.warehouse import make_engine
+
+    s = settings()
+    out = os.environ.get("USAGE_BILLING_REPORTS", str(Path(s.lake).parent / "reports"))
+    data = run(
+        make_engine(s.database_url), s.catalog, dt.date.fromisoformat(as_of), Path(out) / as_of, s.lake
+    )
+    return {"as_of": as_of, "candidates": [m["model"] for m in data["models"] if m["flagged"]]}

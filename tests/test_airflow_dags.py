@@ -1,0 +1,223 @@
+"""The Airflow DAGs: they parse cleanly without touching a database, follow the policy, and real runs
+(`dag.test()` on a temporary Airflow home) produce the same warehouse rows as the command line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from pipelines.accounts import load_accounts
+from pipelines.generate import GeneratorConfig, generate, write_landing
+from pipelines.warehouse import make_engine, upgrade
+from tests.conftest import CATALOG_PATH, ROOT, table_rows
+
+pytestmark = pytest.mark.slow
+DAGS = ROOT / "airflow_dags"
+DAYS = [dt.date(2026, 3, 29), dt.date(2026, 3, 30), dt.date(2026, 3, 31)]  # Sun, Mon, Tue
+
+PARSE = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+out = {
+    "errors": {k: str(v) for k, v in bag.import_errors.items()},
+    "dags": {
+        i: {"file": d.fileloc, "tags": sorted(d.tags), "catchup": d.catchup, "doc": bool(d.doc_md),
+            "retries": {t.task_id: t.retries for t in d.tasks},
+            "schedule": str(getattr(d.timetable, "description", "")) + repr(d.schedule)}
+        for i, d in bag.dags.items()
+    },
+    "ours": sorted(m for m in sys.modules if m.split(".")[0] in ("pipelines", "billing", "schemas")),
+}
+print(json.dumps(out))
+"""
+
+RUN = """
+import datetime as dt, json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+dag = bag.dags[sys.argv[2]]
+run = dag.test(logical_date=dt.datetime.fromisoformat(sys.argv[3]), run_conf=json.loads(sys.argv[4]))
+states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+print("RESULT " + json.dumps({"state": str(run.state), "tasks": states}))
+"""
+
+
+def _env(home: Path, settings: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "USAGE_BILLING"))}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
+        AIRFLOW__CORE__UNIT_TEST_MODE="False",
+        GX_ANALYTICS_ENABLED="false",
+        **(settings or {}),
+    )
+    return env
+
+
+def test_every_dag_parses_without_errors_or_project_imports_and_follows_the_policy(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE, str(DAGS)],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["errors"] == {}
+    assert sorted(out["dags"]) == ["billing_monthly", "retirement_weekly", "usage_daily"]
+    assert set(out["ours"]) <= {"pipelines", "pipelines.dag_common"}  # no warehouse code at parse time
+    for dag_id, d in out["dags"].items():
+        assert Path(d["file"]).stem == dag_id
+        assert "usage-billing" in d["tags"] and d["catchup"] is False and d["doc"]
+        gates = {"quality_gate", "reconcile"}
+        assert all(r >= 1 for task, r in d["retries"].items() if task not in gates), d["retries"]
+    assert "usage_month_closed" in out["dags"]["billing_monthly"]["schedule"]
+    assert "usage_week_complete" in out["dags"]["retirement_weekly"]["schedule"]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory, catalog):  # type: ignore[no-untyped-def]
+    """Three landing days at the end of a month, accounts, a migrated Airflow home."""
+    root = tmp_path_factory.mktemp("airflow")
+    cfg = GeneratorConfig(
+        start=DAYS[0], days=len(DAYS), accounts=120, events_per_day=900, seed=21, late_rate=0.02
+    )
+    write_landing(generate(catalog, cfg), cfg, str(root / "landing"))
+    home = root / "home"
+    home.mkdir()
+    migrate = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    return root, home
+
+
+def _warehouse(root: Path, name: str, catalog) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{root / name / 'w.db'}"
+    (root / name).mkdir()
+    engine = make_engine(url)
+    upgrade(engine)
+    load_accounts(engine, root / "landing" / "accounts.csv", catalog)
+    engine.dispose()
+    return {
+        "USAGE_BILLING_CONFIG": str(CATALOG_PATH),
+        "USAGE_BILLING_DATABASE_URL": url,
+        "USAGE_BILLING_LAKE": str(root / name / "lake"),
+        "USAGE_BILLING_LANDING": str(root / "landing"),
+        "USAGE_BILLING_EXPORTS": str(root / name / "exports"),
+        "USAGE_BILLING_REPORTS": str(root / name / "reports"),
+    }
+
+
+def _dag_test(home: Path, settings: dict, dag_id: str, logical: str, conf: dict | None = None) -> dict:
+    env = {**_env(home, settings), "USAGE_BILLING_DAG_RETRIES": "0"}  # dag.test() would wait out retries
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, str(DAGS), dag_id, logical, json.dumps(conf or {})],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, (done.stdout[-2000:], done.stderr[-4000:])
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def _cli(settings: dict, *args: str) -> None:
+    env = {**os.environ, **settings}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("usage-billing")), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _invoices(url: str) -> list[tuple]:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT i.invoice_number, i.account_id, i.kind, i.status, i.total, l.line_no, l.line_type, "
+                "l.model, l.speed_tier, l.token_kind, l.quantity, l.unit_price, l.amount "
+                "FROM invoices i JOIN invoice_lines l ON l.invoice_id = i.invoice_id ORDER BY 1, 6"
+            )
+        ).all()
+    engine.dispose()
+    return [tuple(r) for r in rows]
+
+
+def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(scenario, catalog):
+    from schemas.warehouse import BillableUsage, MeteredDay, ModelDaily, PoolUsage, UsageDaily
+
+    root, home = scenario
+    via_airflow = _warehouse(root, "airflow", catalog)
+    for day in DAYS:
+        result = _dag_test(home, via_airflow, "usage_daily", f"{day.isoformat()}T00:00:00+00:00")
+        assert result["state"] == "success", result
+        sunday = day.weekday() == 6
+        assert result["tasks"]["week_complete"] == ("success" if sunday else "skipped"), result
+    monthly = _dag_test(
+        home, via_airflow, "billing_monthly", "2026-04-03T00:00:00+00:00", {"month": "2026-03"}
+    )
+    assert monthly["state"] == "success" and set(monthly["tasks"].values()) == {"success"}, monthly
+    assert (Path(via_airflow["USAGE_BILLING_EXPORTS"]) / "2026-03" / "invoices.csv").exists()
+
+    via_cli = _warehouse(root, "cli", catalog)
+    for day in DAYS:
+        _cli(via_cli, "run-day", "--date", day.isoformat())
+    for step in ("draft", "finalize"):
+        _cli(via_cli, "invoices", step, "--month", "2026-03")
+
+    for model in (UsageDaily, ModelDaily, BillableUsage, MeteredDay, PoolUsage):
+        assert table_rows(via_airflow["USAGE_BILLING_DATABASE_URL"], model) == table_rows(
+            via_cli["USAGE_BILLING_DATABASE_URL"], model
+        ), model.__tablename__
+    airflow_invoices = _invoices(via_airflow["USAGE_BILLING_DATABASE_URL"])
+    assert airflow_invoices and airflow_invoices == _invoices(via_cli["USAGE_BILLING_DATABASE_URL"])
+
+    # A rerun of a day (a backfill or a cleared task) changes nothing.
+    again = _dag_test(home, via_airflow, "usage_daily", f"{DAYS[1].isoformat()}T00:00:00+00:00")
+    assert again["state"] == "success"
+    assert table_rows(via_airflow["USAGE_BILLING_DATABASE_URL"], BillableUsage) == table_rows(
+        via_cli["USAGE_BILLING_DATABASE_URL"], BillableUsage
+    )
+
+
+def test_weekly_dag_fails_clearly_without_enough_history_and_monthly_stops_on_a_mismatch(scenario, catalog):
+    root, home = scenario
+    settings = _warehouse(root, "short", catalog)
+    for day in DAYS[:2]:
+        assert (
+            _dag_test(home, settings, "usage_daily", f"{day.isoformat()}T00:00:00+00:00")["state"]
+            == "success"
+        )
+    weekly = _dag_test(
+        home, settings, "retirement_weekly", "2026-03-30T00:00:00+00:00", {"as_of": "2026-03-29"}
+    )
+    assert weekly["state"] == "failed" and weekly["tasks"]["report"] == "failed"
+    engine = make_engine(settings["USAGE_BILLING_DATABASE_URL"])
+    with engine.begin() as conn:  # usage that was never metered: the reconciliation must stop finalizing
+        conn.execute(text("UPDATE usage_daily SET output_tokens = output_tokens + 1 WHERE rowid = 1"))
+    engine.dispose()
+    monthly = _dag_test(home, settings, "billing_monthly", "2026-04-03T00:00:00+00:00", {"month": "2026-03"})
+    assert monthly["state"] == "failed" and monthly["tasks"]["reconcile"] == "failed"
+    assert monthly["tasks"]["finalize"] in ("upstream_failed", "None")
+    shutil.rmtree(root / "short", ignore_errors=True)
