@@ -195,7 +195,7 @@ class BillableUsage(Base):
     account_id: Mapped[str] = mapped_column(primary_key=True)
     model: Mapped[str] = mapped_column(String(100), primary_key=True)
     speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
-    local_day: Mapped[dt.date] = mapped_column(primary_key=True, comment="account-local date")
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True, index=True, comment="account-local date")
     token_kind: Mapped[str] = mapped_column(
         String(16), primary_key=True, comment="input | cached_input | output"
     )
