@@ -221,3 +221,49 @@ def test_weekly_dag_fails_clearly_without_enough_history_and_monthly_stops_on_a_
     assert monthly["state"] == "failed" and monthly["tasks"]["reconcile"] == "failed"
     assert monthly["tasks"]["finalize"] in ("upstream_failed", "None")
     shutil.rmtree(root / "short", ignore_errors=True)
+
+
+def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog, tmp_path):
+    """Fifteen weeks built once from the command line; the weekly DAG and `retirement report` each run
+    on a copy and must store the same adoption rows and candidates."""
+    from schemas.warehouse import ModelMigration, ModelWeekly
+
+    _, home = scenario
+    start, as_of = dt.date(2026, 5, 25), dt.date(2026, 9, 6)
+    base = tmp_path / "base"
+    cfg = GeneratorConfig(
+        start=start, days=(as_of - start).days + 1, accounts=700, events_per_day=900, seed=5, fmt="parquet"
+    )
+    write_landing(generate(catalog, cfg), cfg, str(base / "landing"))
+    settings = _warehouse(base, "w", catalog)
+    settings["USAGE_BILLING_LANDING"] = str(base / "landing")
+    _cli(settings, "events", "ingest", "--from", start.isoformat(), "--to", as_of.isoformat())
+    _cli(settings, "usage", "aggregate", "--from", start.isoformat(), "--to", as_of.isoformat())
+    _cli(settings, "quota", "meter", "--from", start.isoformat(), "--to", as_of.isoformat())
+    copies = {}
+    for name in ("dag", "cli"):
+        shutil.copytree(base / "w", tmp_path / name)
+        copies[name] = {
+            **settings,
+            "USAGE_BILLING_DATABASE_URL": f"sqlite:///{tmp_path / name / 'w.db'}",
+            "USAGE_BILLING_LAKE": str(tmp_path / name / "lake"),
+            "USAGE_BILLING_REPORTS": str(tmp_path / name / "reports"),
+        }
+    run = _dag_test(
+        home, copies["dag"], "retirement_weekly", "2026-09-07T00:00:00+00:00", {"as_of": as_of.isoformat()}
+    )
+    assert run["state"] == "success", run
+    out = tmp_path / "cli" / "reports" / as_of.isoformat()
+    _cli(copies["cli"], "retirement", "report", "--as-of", as_of.isoformat(), "--out", str(out))
+    for model in (ModelWeekly, ModelMigration):
+        rows = table_rows(copies["dag"]["USAGE_BILLING_DATABASE_URL"], model)
+        assert rows and rows == table_rows(copies["cli"]["USAGE_BILLING_DATABASE_URL"], model)
+    picked = "SELECT model, detected, flagged, weeks_used, accounts_q, successor FROM retirement_candidates"
+    results = []
+    for name in ("dag", "cli"):
+        engine = make_engine(copies[name]["USAGE_BILLING_DATABASE_URL"])
+        with engine.connect() as conn:
+            results.append(sorted(tuple(r) for r in conn.execute(text(picked))))
+        engine.dispose()
+    assert results[0] and results[0] == results[1]
+    assert (tmp_path / "dag" / "reports" / as_of.isoformat() / "report.html").exists()

@@ -1,0 +1,149 @@
+"""Quota metering throughput and memory, beside the tests' event-by-event reference implementation.
+
+    .venv/bin/python -m benchmarks.meter [--sizes 5000000 10000000] [--reference-events 200000]
+
+For each size, the generator writes events straight into lake partitions (28 days, 5,000 accounts on
+the catalog's plans, several timezones), then `usage-billing quota meter --from .. --to ..` runs as
+a separate process, in process and with two worker processes: read the lake, attach plans and local
+days, shard by account, allocate every pool with cumulative sums, write the allocation records to
+the lake and load pool_usage, billable_usage and metered_days into SQLite. The reference
+(`tests/test_quota.py::reference`, one event at a time in plain Python) runs on a sample in memory.
+Target (issue 5): at least 2M events/s at 10M events; peak memory bounded by the largest account.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from benchmarks.common import ROOT, cli, command_line, machine, run_measured, write_section
+
+START = dt.date(2026, 3, 2)
+DAYS = 28
+MODES = {
+    "in process": [],
+    "2 workers": ["--", "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+}
+
+
+def _generate(root: Path, events: int) -> tuple[int, int]:
+    """Exactly ``events`` events into lake partitions; returns (events, largest account's events)."""
+    from pipelines.generate import GeneratorConfig, generate
+    from schemas.catalog import load_catalog
+
+    catalog = load_catalog(ROOT / "config" / "catalog.toml")
+    cfg = GeneratorConfig(
+        start=START,
+        days=DAYS,
+        accounts=5000,
+        events_per_day=int(events / DAYS * 1.15),
+        seed=9,
+        duplicate_rate=0,
+        late_rate=0,
+    )
+    gen = generate(catalog, cfg)
+    table = gen.events.drop_columns(["landing_date"]).slice(0, events)
+    day = pc.cast(table["event_time"], "date32")
+    for d in pc.unique(day).to_pylist():
+        folder = root / "lake" / "events" / f"date={d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(
+            table.filter(pc.equal(day, d)), folder / "shard-0000.parquet", row_group_size=256 * 1024
+        )
+    with open(root / "accounts.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(gen.accounts[0]))
+        writer.writeheader()
+        writer.writerows(gen.accounts)
+    largest = table.group_by("account_id").aggregate([([], "count_all")])["count_all"]
+    return table.num_rows, int(pc.max(largest).as_py())
+
+
+def _ours(root: Path, extra: list[str]) -> tuple[float, float]:
+    db = root / "w.db"
+    db.unlink(missing_ok=True)
+    base = cli(db, root / "lake")
+    run_measured([*base, "db", "upgrade"])
+    run_measured([*base, "accounts", "load", str(root / "accounts.csv")])
+    end = START + dt.timedelta(days=DAYS - 1)
+    wall, rss, out = run_measured(
+        [*base, "quota", "meter", "--from", START.isoformat(), "--to", end.isoformat(), *extra]
+    )
+    assert "billable" in out or "pool" in out, out
+    return wall, rss
+
+
+def _reference(root: Path, n: int) -> float:
+    """The tests' reference implementation on the first ``n`` events, in memory: events/s."""
+    import pyarrow.dataset as ds
+
+    sys.path.insert(0, str(ROOT))
+    import pyarrow as pa
+
+    from billing.quota import attach_accounts
+    from pipelines.accounts import parse_accounts
+    from schemas.catalog import load_catalog
+    from tests.test_quota import reference
+
+    catalog = load_catalog(ROOT / "config" / "catalog.toml")
+    accounts = pa.Table.from_pylist([r.__dict__ for r in parse_accounts(root / "accounts.csv", catalog)])
+    events = ds.dataset(root / "lake" / "events", format="parquet").head(n)
+    events = attach_accounts(events, accounts).to_pylist()
+    start = time.perf_counter()
+    reference(events, catalog)
+    return len(events) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5_000_000, 10_000_000])
+    parser.add_argument("--reference-events", type=int, default=200_000)
+    parser.add_argument("--workdir", default="/tmp/ub-bench-meter")
+    args = parser.parse_args()
+    rows = []
+    ref_rate = None
+    for size in args.sizes:
+        root = Path(args.workdir) / str(size)
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        n, largest = _generate(root, size)
+        if ref_rate is None:
+            ref_rate = _reference(root, args.reference_events)
+            rows.append(
+                f"| {args.reference_events:,} | tests' reference, one event at a time (in memory) | - | {ref_rate:,.0f} | - | - | 1 |"
+            )
+        for mode, extra in MODES.items():
+            wall, rss = _ours(root, extra)
+            rows.append(
+                f"| {n:,} | usage-billing, {mode} | {wall:.1f} s | {n / wall:,.0f} | {rss:,.0f} MB | {largest:,} | {n / wall / ref_rate:.0f} |"
+            )
+            print(rows[-1], flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+    body = "\n".join(rows)
+    write_section(
+        "Quota metering (issue 5)",
+        f"""
+Command: `{command_line("benchmarks.meter")}`
+Machine: {machine()}
+Data: generator events over {DAYS} days, 5,000 accounts (the catalog's plans, several timezones), written
+straight into lake partitions (256k-row row groups).
+
+| events | engine | wall | events/s | peak RSS (tree) | largest account's events | x reference |
+|---:|---|---:|---:|---:|---:|---:|
+{body}
+
+Wall includes process start-up and the SQLite load of billable_usage, pool_usage and metered_days
+in one transaction, and writing one allocation record per event and pool to the lake.
+""",
+    )
+
+
+if __name__ == "__main__":
+    main()
