@@ -137,7 +137,14 @@ def run_demo(
     with progress:
         overall = progress.add_task("demo", total=len(steps))
 
+        timings: dict[str, float] = {}
+        clock = {"name": "", "since": time.perf_counter()}
+
         def step(name: str) -> None:
+            now = time.perf_counter()
+            if clock["name"]:
+                timings[clock["name"]] = now - clock["since"]
+            clock.update(name=name.split(" (")[0], since=now)
             progress.update(overall, description=f"demo: {name}")
 
         step(steps[0])
@@ -175,6 +182,7 @@ def run_demo(
         progress.advance(overall)
         step("done")
     _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
+    out.print("time per step: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()))
     _speed(out, speed_by_model_tier(engine))
     _quota(out, engine, metered)
     _backup_tank(out, engine, settings)
