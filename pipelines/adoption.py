@@ -169,7 +169,8 @@ def weekly_metrics(
         base = base.set_column(
             base.num_columns - 1, f"{kind}_accounts", pc.fill_null(base[f"{kind}_accounts"], 0)
         )
-    # dormant accounts of a model that has no activity at all in a week still need a row: add them
+    # A model with no active account in a week has no row that week, so its dormant count for that
+    # week is not stored (the detector reads such weeks as zero accounts).
     ratio = pc.divide(
         pc.cast(pc.add(base["new_accounts"], base["resurrected_accounts"]), pa.float64()),
         pc.cast(base["dormant_accounts"], pa.float64()),

@@ -43,8 +43,8 @@ def ingest_day(day: str) -> dict:
 def quality_gate(ingested: dict) -> list[str]:
     """Validate the changed partitions; returns the dates that may go downstream.
 
-    A failed error-level check on the landing date stops the run (DataQualityError names the date,
-    the checks and the command to accept it); other dates whose gate failed are left out.
+    A failed error-level check on any of them stops the run (DataQualityError names the dates, the
+    checks and the command to accept them); nothing goes downstream until it is accepted.
     """
     from pipelines import quality
     from pipelines.warehouse import make_engine
@@ -56,8 +56,8 @@ def quality_gate(ingested: dict) -> list[str]:
         reports = quality.check_partitions(engine, s.lake, s.catalog, dates, ingested["run_id"])
     finally:
         engine.dispose()
-    quality.require_passed(reports, s.lake)
-    return [r.day.isoformat() for r in reports if not r.blocked]
+    quality.require_passed(reports, s.lake)  # raises when any date is blocked
+    return [r.day.isoformat() for r in reports]
 
 
 def aggregate_dates(dates: list[str]) -> list[str]:
