@@ -116,7 +116,11 @@ def _memory_by_shard_size(workdir: Path, n: int) -> str:
     growth = peaks[1] / peaks[0] - 1
     verdict = (
         f"peak RSS {peaks[0]:,.0f} MB at {half_rows:,} events and {peaks[1]:,.0f} MB at {n:,} ({growth:+.0%}); "
-        + ("bounded by the shard size." if growth < 0.25 else "NOT bounded by the shard size yet (see below).")
+        + (
+            "bounded by the shard size."
+            if growth < 0.25
+            else "NOT bounded by the shard size yet (see below)."
+        )
     )
     return "\n".join(rows), verdict
 
