@@ -4,7 +4,8 @@
 One landing date per run (the data interval's start, UTC): wait for `landing/<date>/`, ingest it,
 run the data-quality gate on every partition it changed, aggregate those dates, re-meter the quota
 pools they touch (to the end of their periods). Late events are recomputed: ingest reports the past
-dates it changed and the next steps include them.
+dates it changed and the next steps include them, with any date an earlier, interrupted run left in the
+recompute queue; the last task clears the queue rows this run took downstream.
 
 Every task reads and writes only its dates' partitions and replaces them, so a rerun or a backfill
 (`airflow dags backfill usage_daily --start-date ... --end-date ...`) is safe. A failed quality gate
@@ -74,6 +75,12 @@ def usage_daily():
         outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": dates}
         return metered
 
+    @task
+    def clear_recompute_queue(ingested: dict, metered: list[str]) -> int:
+        from pipelines.orchestration import clear_queue
+
+        return clear_queue(ingested, metered)
+
     @task(outlets=[WEEK_COMPLETE])
     def week_complete(_: list[str], ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
@@ -100,6 +107,7 @@ def usage_daily():
     day = ingest()
     ready >> day
     metered = meter(aggregate(quality_gate(day)))
+    clear_recompute_queue(day, metered)
     week_complete(metered)
     month_closed(metered)
 

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, delete, distinct, func, insert, literal, sele
 
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
+from pipelines.locks import database_lock, step_lock
 from pipelines.usage import (
     ERROR_SCHEMA,
     LAKE_COLUMNS,
@@ -168,12 +169,22 @@ def run(argv: list[str] | None = None) -> dict[dt.date, int]:
     """Aggregate the dates; returns rows loaded per day."""
     options = pipeline_options(argv)
     opts = options.view_as(AggregateOptions)
+    with database_lock(opts.database_url, "usage aggregate"):
+        return _run(options, opts)
+
+
+def _run(options, opts: AggregateOptions) -> dict[dt.date, int]:  # type: ignore[no-untyped-def]
     dates = date_range(opts)
     engine = make_engine(opts.database_url)
     require_schema(engine)
-    lake.recover(opts.lake, lake.EVENTS)
+    with step_lock(engine, lake.ingest_lock(opts.lake)):  # not while an ingest swaps partitions
+        lake.recover(opts.lake, lake.EVENTS)
     run_id = opts.run_id or f"aggregate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    stage = lake.staging(opts.lake, run_id)
+    for dead in lake.stages_of(
+        opts.lake, "usage aggregate"
+    ):  # left by a killed run (we hold the step's lock)
+        lake.discard(dead)
+    stage = lake.open_stage(opts.lake, run_id, "usage aggregate")
     try:
         units = lake_units(opts.lake, dates)
         with make_pipeline(options) as p:

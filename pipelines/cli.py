@@ -417,14 +417,14 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns user errors into one line on stderr."""
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DBAPIError
 
     _quiet_libraries()
     try:
         app(args=argv, standalone_mode=False, prog_name="usage-billing")
     except (UsageBillingError, CatalogError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return 2
+        return getattr(exc, "exit_code", 2)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
@@ -433,9 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         err.print("aborted", markup=False)
         return 130
-    except OperationalError as exc:  # the database went away mid-step; the transaction rolled back
+    except DBAPIError as exc:  # e.g. the database went away mid-step: its transaction rolled back
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "database error"
-        err.print(f"error: database operation failed (rolled back): {reason}", markup=False, soft_wrap=True)
+        err.print(
+            f"error: database operation failed, its transaction was rolled back: {reason}; "
+            "rerun the command when the database is reachable",
+            markup=False,
+            soft_wrap=True,
+        )
         return 2
     return 0
 

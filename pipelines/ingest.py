@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from sqlalchemy import delete, insert
+from sqlalchemy import Engine, delete, insert
 
-from pipelines import lake
+from pipelines import faults, lake
 from pipelines.beam_options import (
     CLEAN,
     QUARANTINE,
@@ -37,12 +37,13 @@ from pipelines.beam_options import (
 )
 from pipelines.dedup import ShardResult, dedup_shard, shard_segments, sorted_hashes, with_hash
 from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.locks import step_lock
 from pipelines.readers import file_kind, parquet_units, read_json_file, read_parquet_unit, whole_file
 from pipelines.validate import Rules, validate
 from pipelines.warehouse import make_engine, require_schema
 from schemas.catalog import load_catalog
 from schemas.events import QUARANTINE_SCHEMA
-from schemas.warehouse import IngestRun
+from schemas.warehouse import IngestRun, RecomputeQueue
 
 log = logging.getLogger(__name__)
 
@@ -354,20 +355,31 @@ def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
 
 
 def run(argv: list[str] | None = None) -> IngestResult:
+    """One ingest run, under the lake's ingest lock (one ingest per lake at a time: late events of two
+    landing dates can rewrite the same past partition)."""
     options = pipeline_options(argv)
     opts = options.view_as(IngestOptions)
     dates = date_range(opts)
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
+    try:
+        with step_lock(engine, lake.ingest_lock(opts.lake)):
+            recovered = recover_runs(opts.lake, engine)
+            result = _ingest(options, opts, dates, catalog, engine)
+    finally:
+        engine.dispose()
+    result.changed_dates = sorted(set(result.changed_dates) | set(recovered))
+    return result
+
+
+def _ingest(options, opts: IngestOptions, dates: list[dt.date], catalog, engine: Engine) -> IngestResult:  # type: ignore[no-untyped-def]
     run_id = opts.run_id or f"ingest-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     started = dt.datetime.now(dt.UTC)
-    for dataset in (lake.EVENTS, lake.QUARANTINE):
-        lake.recover(opts.lake, dataset)
     shards = lake.shard_count(opts.lake, opts.shards)
     rules = Rules(frozenset(catalog.model_ids), opts.lateness_days, opts.max_tokens_per_event)
     units = read_units(opts.landing, dates)
-    stage = lake.staging(opts.lake, run_id)
+    stage = lake.open_stage(opts.lake, run_id, STEP)
     try:
         with make_pipeline(options) as p:
             _ = (
@@ -377,10 +389,50 @@ def run(argv: list[str] | None = None) -> IngestResult:
             )
         result = _collect(run_id, stage, dates)
         _check_conservation(result)
-        _commit(opts.lake, stage, run_id, result, dates)
-    finally:
+        for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
+            staged = lake.partition(stage, lake.QUARANTINE, day)
+            if not lake.exists(staged):
+                lake.write_parquet(lake.join(staged, "part-0000.parquet"), QUARANTINE_SCHEMA.empty_table())
+        journal = {
+            "run_id": run_id,
+            "started_at": started.isoformat(),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(),
+            "landing_dates": [d.isoformat() for d in dates],
+            "changed_dates": [d.isoformat() for d in result.changed_dates],
+            "stats": result.stats,
+        }
+        # From here on the run is decided: whatever stops it, the next run finishes this commit.
+        lake.write_json(lake.join(stage, JOURNAL), journal)
+    except BaseException:
         lake.discard(stage)
-    finished = dt.datetime.now(dt.UTC)
+        raise
+    _finish(opts.lake, engine, stage, journal)
+    return result
+
+
+# -- commit: a journal makes the run's partitions and its warehouse rows all-or-nothing -----------
+
+STEP = "events ingest"
+JOURNAL = "_ingest_commit.json"  # written once the run is checked: its commit must be completed
+
+
+def _finish(lake_root: str, engine: Engine, stage: str, journal: dict) -> None:
+    """Swap in every staged partition still in staging, then write the run's warehouse rows.
+
+    Idempotent: a partition already swapped is no longer in staging, and the warehouse rows are
+    replaced by run id; so finishing a journal that a killed run left behind completes that run.
+    """
+    run_id = journal["run_id"]
+    for day in journal["changed_dates"]:
+        staged = lake.partition(stage, lake.EVENTS, day)
+        if lake.exists(staged):
+            lake.commit(staged, lake.partition(lake_root, lake.EVENTS, day), run_id, carry_over=True)
+            faults.checkpoint("lake.commit")
+    for day in journal["landing_dates"]:
+        staged = lake.partition(stage, lake.QUARANTINE, day)
+        if lake.exists(staged):
+            lake.commit(staged, lake.partition(lake_root, lake.QUARANTINE, day), run_id)
+    now = dt.datetime.now(dt.UTC)
     with engine.begin() as conn:
         conn.execute(delete(IngestRun.__table__).where(IngestRun.run_id == run_id))
         conn.execute(
@@ -389,8 +441,8 @@ def run(argv: list[str] | None = None) -> IngestResult:
                 {
                     "run_id": run_id,
                     "landing_date": dt.date.fromisoformat(day),
-                    "started_at": started,
-                    "finished_at": finished,
+                    "started_at": dt.datetime.fromisoformat(journal["started_at"]),
+                    "finished_at": dt.datetime.fromisoformat(journal["finished_at"]),
                     "files": s["files"],
                     "rows_read": s["rows_read"],
                     "clean": s["clean"],
@@ -400,11 +452,38 @@ def run(argv: list[str] | None = None) -> IngestResult:
                     "late_rows": s["late"],
                     "status": "ok",
                 }
-                for day, s in sorted(result.stats.items())
+                for day, s in sorted(journal["stats"].items())
             ],
         )
-    engine.dispose()
-    return result
+        queue = RecomputeQueue.__table__
+        conn.execute(delete(queue).where(queue.c.run_id == run_id))
+        if journal["changed_dates"]:
+            conn.execute(
+                insert(queue),
+                [
+                    {"day": dt.date.fromisoformat(d), "run_id": run_id, "queued_at": now}
+                    for d in journal["changed_dates"]
+                ],
+            )
+    lake.discard(stage)
+
+
+def recover_runs(lake_root: str, engine: Engine) -> list[dt.date]:
+    """Finish what killed ingest runs left: half-swapped partitions, journaled commits (rolled
+    forward), staging of runs that never reached their journal (discarded). Returns the event dates
+    the finished commits changed. Call it holding the ingest lock: no other ingest is running."""
+    for dataset in (lake.EVENTS, lake.QUARANTINE):
+        lake.recover(lake_root, dataset)
+    changed: set[dt.date] = set()
+    for stage in lake.stages_of(lake_root, STEP):
+        if lake.exists(lake.join(stage, JOURNAL)):
+            journal = lake.read_json(lake.join(stage, JOURNAL))
+            log.warning("finishing the commit of ingest run %s, which stopped part way", journal["run_id"])
+            _finish(lake_root, engine, stage, journal)  # type: ignore[arg-type]
+            changed.update(dt.date.fromisoformat(d) for d in journal["changed_dates"])  # type: ignore[index]
+        else:
+            lake.discard(stage)
+    return sorted(changed)
 
 
 def _collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
@@ -425,18 +504,3 @@ def _check_conservation(result: IngestResult) -> None:
                 f"clean {s['clean']} + quarantined {sum(s['quarantined'].values())} + "
                 f"duplicates {s['duplicates']} = {accounted}; nothing was committed"
             )
-
-
-def _commit(lake_root: str, stage: str, run_id: str, result: IngestResult, dates: list[dt.date]) -> None:
-    for day in result.changed_dates:
-        lake.commit(
-            lake.partition(stage, lake.EVENTS, day),
-            lake.partition(lake_root, lake.EVENTS, day),
-            run_id,
-            carry_over=True,
-        )
-    for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
-        staged = lake.partition(stage, lake.QUARANTINE, day)
-        if not lake.exists(staged):
-            lake.write_parquet(lake.join(staged, "part-0000.parquet"), QUARANTINE_SCHEMA.empty_table())
-        lake.commit(staged, lake.partition(lake_root, lake.QUARANTINE, day), run_id)

@@ -53,6 +53,7 @@ from billing.invoices import (
     totals,
 )
 from billing.pricing import MissingPriceError
+from pipelines import faults
 from pipelines.errors import UsageBillingError
 from pipelines.warehouse import insert_arrow, read_arrow
 from schemas.catalog import Catalog
@@ -286,6 +287,7 @@ def finalize(engine: Engine, month: str) -> FinalizeResult:
         ).rowcount
         if done != count:
             raise UsageBillingError(f"{month}: finalized {done} of {count} drafts; rolled back")
+        faults.checkpoint("invoices.finalize")
         conn.execute(update(counter).where(counter.c.period == month).values(last_number=last + count))
     return FinalizeResult(month, count, invoice_number(month, last + 1), invoice_number(month, last + count))
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from sqlalchemy import Engine, delete, select
 
 from billing.quota import period_end, period_start
 from pipelines import aggregate, ingest, meter
@@ -60,6 +61,28 @@ def meter_dates_for(utc_dates: list[dt.date], catalog: Catalog) -> list[dt.date]
     return sorted(local)
 
 
+def queued(engine: Engine) -> list[tuple[dt.date, str]]:
+    """(event date, ingest run id) rows of the recompute queue: changed partitions not yet taken
+    through aggregate and meter."""
+    from schemas.warehouse import RecomputeQueue
+
+    q = RecomputeQueue.__table__
+    with engine.connect() as conn:
+        return [(r.day, r.run_id) for r in conn.execute(select(q.c.day, q.c.run_id))]
+
+
+def dequeue(engine: Engine, rows: list[tuple[dt.date, str]], done: list[dt.date]) -> None:
+    """Remove the queue rows read before the work started whose date went through downstream; a row
+    an ingest queued meanwhile (another run id) stays for the next run."""
+    from schemas.warehouse import RecomputeQueue
+
+    q = RecomputeQueue.__table__
+    finished = [(day, run_id) for day, run_id in rows if day in set(done)]
+    with engine.begin() as conn:
+        for day, run_id in finished:
+            conn.execute(delete(q).where(q.c.day == day, q.c.run_id == run_id))
+
+
 def ingest_and_aggregate(
     settings: Settings,
     dates: list[dt.date],
@@ -78,9 +101,10 @@ def ingest_and_aggregate(
     beam_args = list(beam_args or [])
     step("ingest")
     result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
-    todo = sorted(set(dates) | set(result.changed_dates))
-    step("data quality")
     engine = make_engine(settings.database_url)
+    queue = queued(engine)  # dates earlier runs changed but never took downstream (a killed run-day)
+    todo = sorted(set(dates) | set(result.changed_dates) | {day for day, _ in queue})
+    step("data quality")
     reports = quality.check_partitions(engine, settings.lake, settings.catalog, todo, result.run_id)
     if accept_reason:
         for report in reports:
@@ -88,7 +112,6 @@ def ingest_and_aggregate(
                 quality.accept(engine, report.day, accept_reason)
                 report.accepted = True
                 quality.write_html(settings.lake, report)
-    engine.dispose()
     blocked = {r.day for r in reports if r.blocked}
     runnable = [d for d in todo if d not in blocked]
     step("aggregate")
@@ -97,5 +120,7 @@ def ingest_and_aggregate(
     step("meter")
     for run_dates in contiguous(meter_dates_for(runnable, settings.catalog)):
         meter.run([*settings.argv(), *date_args(run_dates), *beam_args])
+    dequeue(engine, queue, runnable)
+    engine.dispose()
     quality.require_passed(reports, settings.lake)
     return DayResult(result, runnable)

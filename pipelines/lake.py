@@ -201,6 +201,32 @@ def shard_count(lake: str, requested: int | None = None) -> int:
     return shards
 
 
+STAGE_MARKER = "_run.json"  # names the step that owns a staging folder
+
+
+def open_stage(lake: str, run_id: str, step: str) -> str:
+    """The staging folder of a run of ``step``, marked so that a later run can clean up after it."""
+    stage = staging(lake, run_id)
+    write_json(join(stage, STAGE_MARKER), {"step": step, "run_id": run_id})
+    return stage
+
+
+def stages_of(lake: str, step: str) -> list[str]:
+    """Staging folders of runs of ``step``. Called under the step's lock, they are from runs that
+    died (SIGKILL, a lost machine): no running run of the step owns one."""
+    out = []
+    for stage in list_files(join(lake, STAGING), "*"):
+        marker = join(stage, STAGE_MARKER)
+        if exists(marker) and read_json(marker).get("step") == step:  # type: ignore[union-attr]
+            out.append(stage)
+    return out
+
+
+def ingest_lock(lake: str) -> str:
+    """The name of the lock every ingest into ``lake`` holds (and any step that repairs its swaps)."""
+    return f"events ingest into {lake}"
+
+
 # -- atomic commit ----------------------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, parse_date, pipeline_options
 from pipelines.dedup import HASH, shard_segments, stable_hash
 from pipelines.errors import UsageBillingError
+from pipelines.locks import database_lock
 from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
 from schemas.warehouse import Account, BillableUsage, MeteredDay, PoolUsage
@@ -252,6 +253,11 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
     """Meter the local dates; returns row counts loaded."""
     options = pipeline_options(argv)
     opts = options.view_as(MeterOptions)
+    with database_lock(opts.database_url, "quota meter"):
+        return _run(options, opts)
+
+
+def _run(options, opts: MeterOptions) -> dict[str, int]:  # type: ignore[no-untyped-def]
     dates = meter_dates(opts)
     first, last = dates[0], dates[-1]
     catalog = load_catalog(opts.config)
@@ -261,7 +267,9 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
     lo, hi = read_window(dates)
     utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
     run_id = opts.run_id or f"meter-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    stage = lake.staging(opts.lake, run_id)
+    for dead in lake.stages_of(opts.lake, "quota meter"):  # left by a killed run (we hold the step's lock)
+        lake.discard(dead)
+    stage = lake.open_stage(opts.lake, run_id, "quota meter")
     try:
         files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
         with make_pipeline(options) as p:

@@ -32,12 +32,20 @@ def landing_ready(day: str) -> bool:
 def ingest_day(day: str) -> dict:
     """Ingest one landing date; returns the run id and every event date whose partition changed."""
     from pipelines import ingest
-    from pipelines.jobs import date_args
+    from pipelines.jobs import date_args, queued
+    from pipelines.warehouse import make_engine
 
     s = settings()
     result = ingest.run([*s.argv(), *date_args([dt.date.fromisoformat(day)])])
-    changed = sorted({dt.date.fromisoformat(day), *result.changed_dates})
-    return {"run_id": result.run_id, "dates": [d.isoformat() for d in changed]}
+    engine = make_engine(s.database_url)
+    queue = queued(engine)  # dates an earlier run changed but did not take downstream
+    engine.dispose()
+    changed = sorted({dt.date.fromisoformat(day), *result.changed_dates, *(d for d, _ in queue)})
+    return {
+        "run_id": result.run_id,
+        "dates": [d.isoformat() for d in changed],
+        "queue": [[d.isoformat(), run_id] for d, run_id in queue],
+    }
 
 
 def quality_gate(ingested: dict) -> list[str]:
@@ -81,6 +89,18 @@ def meter_dates(dates: list[str]) -> list[str]:
     for run in contiguous(local):
         meter.run([*s.argv(), *date_args(run)])
     return [d.isoformat() for d in local]
+
+
+def clear_queue(ingested: dict, _metered: list[str]) -> int:
+    """After meter: remove the recompute-queue rows this run read and took downstream."""
+    from pipelines.jobs import dequeue
+    from pipelines.warehouse import make_engine
+
+    rows = [(dt.date.fromisoformat(d), run_id) for d, run_id in ingested.get("queue", [])]
+    engine = make_engine(settings().database_url)
+    dequeue(engine, rows, [dt.date.fromisoformat(d) for d in ingested["dates"]])
+    engine.dispose()
+    return len(rows)
 
 
 def previous_month(day: dt.date) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from sqlalchemy import Engine, delete, insert, select
 
-from pipelines import lake
+from pipelines import faults, lake
 from pipelines.errors import DataQualityError, UsageBillingError
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA
@@ -193,6 +193,7 @@ def _store(engine: Engine, reports: list[PartitionReport], run_id: str) -> None:
                     for o in report.outcomes
                 ],
             )
+            faults.checkpoint("warehouse.load.dq_results")
 
 
 def _accepted(engine: Engine, day: dt.date, failed: list[str]) -> bool:

@@ -18,7 +18,9 @@ from sqlalchemy import Connection, Engine, Executable, Table, create_engine, del
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
+from pipelines import faults
 from pipelines.errors import UsageBillingError
+from pipelines.locks import APPLICATION_NAME
 
 INSERT_BATCH_ROWS = 20_000
 
@@ -51,7 +53,9 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "default"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:
-        engine = create_engine(parsed, pool_pre_ping=True)
+        postgres = parsed.get_backend_name() == "postgresql"
+        connect_args = {"application_name": APPLICATION_NAME} if postgres else {}
+        engine = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
     except Exception as exc:  # unknown dialect, missing driver
         raise UsageBillingError(f"cannot use database {redact(url)}: {exc}") from None
     if engine.dialect.name == "sqlite":
@@ -121,6 +125,7 @@ def insert_arrow(conn: Connection, table: Table, rows: pa.Table) -> int:
         for batch in rows.to_batches(max_chunksize=INSERT_BATCH_ROWS):
             if batch.num_rows:  # a concatenation can carry empty chunks
                 conn.execute(insert(table), batch.to_pylist())
+    faults.checkpoint(f"warehouse.load.{table.name}")
     return rows.num_rows
 
 

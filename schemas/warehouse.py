@@ -79,6 +79,19 @@ class IngestRun(Base):
     status: Mapped[str] = mapped_column(String(16))
 
 
+class RecomputeQueue(Base):
+    """Event dates whose lake partition an ingest run changed and whose downstream steps (aggregate,
+    meter) have not yet run since. Written in the ingest run's transaction; ``run-day`` and the daily
+    DAG process every queued date and remove exactly the (day, run) rows they processed, so a run
+    killed between ingest and aggregate leaves its dates here for the next one."""
+
+    __tablename__ = "recompute_queue"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    queued_at: Mapped[dt.datetime]
+
+
 class UsageDaily(Base):
     """Usage per account, model, speed tier and UTC day."""
 
