@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import Engine, delete, insert
 
 from pipelines.errors import UsageBillingError
+from pipelines.validate import MAX_ID_LENGTH
 from schemas.catalog import Catalog
 from schemas.warehouse import Account
 
@@ -57,6 +58,10 @@ def parse_accounts(path: Path, catalog: Catalog) -> list[AccountRow]:
             account = (rec["account_id"] or "").strip()
             if not account:
                 raise UsageBillingError(f"{where}: account_id is empty")
+            if len(account) > MAX_ID_LENGTH:
+                raise UsageBillingError(
+                    f"{where}: account_id is {len(account):,} characters; at most {MAX_ID_LENGTH} are allowed"
+                )
             plan = (rec["plan"] or "").strip() or None
             if plan is not None and plan not in plans:
                 raise UsageBillingError(

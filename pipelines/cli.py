@@ -15,13 +15,15 @@ from typing import Annotated
 import click
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from pipelines.errors import UsageBillingError
 from pipelines.settings import Settings
 from schemas.catalog import CatalogError
 
-err = Console(stderr=True)
-out = Console()
+# No markup: printed text carries ids and paths from users and files, and "[/]" in one is not a tag.
+err = Console(stderr=True, markup=False, highlight=False)
+out = Console(markup=False, highlight=False)
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -79,7 +81,7 @@ def _dates_argv(date: str | None, start: str | None, end: str | None) -> list[st
 
 
 def _step(label: str):  # type: ignore[no-untyped-def]
-    return err.status(f"[bold]{label}[/bold]", spinner="dots")
+    return err.status(Text(label, style="bold"), spinner="dots")
 
 
 @db_app.command("upgrade")
@@ -285,7 +287,7 @@ def quota_show(
     engine = make_engine(s.database_url)
     require_schema(engine)
     view = pool_state(engine, s.catalog, account, at)
-    out.print(view.header)
+    out.print(view.header, markup=False, highlight=False)
     for line in view.lines:
         out.print(line, markup=False, highlight=False)
 
@@ -409,6 +411,8 @@ def _quiet_libraries() -> None:
 
     class _DropNoise(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
+            if record.exc_info and isinstance(record.exc_info[1], UsageBillingError | OSError):
+                return False  # a runner logging a user error it re-raises: main prints it as one line
             return "apitools not found" not in record.getMessage()
 
     for handler in logging.getLogger().handlers:
@@ -430,6 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
+    except OSError as exc:  # a disk or folder problem outside the lake's own writers
+        where = f" {exc.filename}" if exc.filename else ""
+        err.print(f"error: cannot use{where}: {exc.strerror or exc}", soft_wrap=True)
+        return 2
     except click.exceptions.Abort:
         err.print("aborted", markup=False)
         return 130

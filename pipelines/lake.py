@@ -11,6 +11,7 @@ are copied one by one (object stores have no atomic multi-object rename).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import json
 import os
@@ -31,6 +32,20 @@ STAGING = "_staging"
 META_FILE = "_lake.json"
 DEFAULT_SHARDS = 8
 _OLD = ".old-"
+
+
+def _io_errors(fn):  # type: ignore[no-untyped-def]
+    """A failed write (read-only folder, full disk, lost mount) becomes one clear line naming the path."""
+
+    @functools.wraps(fn)
+    def wrapper(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return fn(path, *args, **kwargs)
+        except OSError as exc:
+            where = exc.filename or path
+            raise UsageBillingError(f"cannot write {where}: {exc.strerror or exc}") from None
+
+    return wrapper
 
 
 def is_local(path: str) -> bool:
@@ -130,6 +145,7 @@ def row_groups(paths: Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
+@_io_errors
 def write_json(path: str, payload: object) -> None:
     data = json.dumps(payload, sort_keys=True, default=str).encode()
     if is_local(path):
@@ -143,6 +159,7 @@ def write_json(path: str, payload: object) -> None:
             handle.write(data)
 
 
+@_io_errors
 def write_ipc(path: str, table: pa.Table) -> None:
     """An Arrow IPC file: the run's spill format between pipeline stages (memory-mapped on read)."""
     if is_local(path):
@@ -161,6 +178,7 @@ def read_ipc(path: str) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(handle.read())).read_all()
 
 
+@_io_errors
 def write_npy(path: str, array: np.ndarray) -> None:
     buf = io.BytesIO()
     np.save(buf, array, allow_pickle=False)
@@ -204,6 +222,7 @@ def shard_count(lake: str, requested: int | None = None) -> int:
 STAGE_MARKER = "_run.json"  # names the step that owns a staging folder
 
 
+@_io_errors
 def open_stage(lake: str, run_id: str, step: str) -> str:
     """The staging folder of a run of ``step``, marked so that a later run can clean up after it."""
     stage = staging(lake, run_id)
@@ -253,6 +272,7 @@ def recover(lake: str, dataset: str) -> None:
             os.rename(old, final)  # crashed between the two renames: put the old partition back
 
 
+@_io_errors
 def commit(staged_dir: str, final_dir: str, run_id: str, carry_over: bool = False) -> None:
     """Make ``staged_dir`` the content of ``final_dir``.
 

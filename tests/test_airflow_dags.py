@@ -267,3 +267,54 @@ def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog,
         engine.dispose()
     assert results[0] and results[0] == results[1]
     assert (tmp_path / "dag" / "reports" / as_of.isoformat() / "report.html").exists()
+
+
+def test_a_password_in_the_database_url_never_reaches_airflow_output_logs_or_metadata(
+    scenario, catalog, postgres_settings, tmp_path
+):
+    """The daily DAG with a password in USAGE_BILLING_DATABASE_URL, once working and once against a
+    closed port: the password is in no task output, no log file and not in Airflow's metadata database."""
+    from sqlalchemy.engine import make_url
+
+    from pipelines.accounts import load_accounts
+
+    secret = "s3cr3t-Af-91xQ"
+    root, home = scenario
+    url = make_url(postgres_settings.database_url).set(password=secret).render_as_string(hide_password=False)
+    engine = make_engine(url)
+    load_accounts(engine, root / "landing" / "accounts.csv", catalog)
+    engine.dispose()
+    settings = {
+        "USAGE_BILLING_CONFIG": str(CATALOG_PATH),
+        "USAGE_BILLING_DATABASE_URL": url,
+        "USAGE_BILLING_LAKE": str(tmp_path / "lake"),
+        "USAGE_BILLING_LANDING": str(root / "landing"),
+    }
+    closed = make_url(url).set(port=1).render_as_string(hide_password=False)
+    results = []
+    for s in (settings, {**settings, "USAGE_BILLING_DATABASE_URL": closed}):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                RUN,
+                str(DAGS),
+                "usage_daily",
+                f"{DAYS[0].isoformat()}T00:00:00+00:00",
+                "{}",
+            ],
+            env={**_env(home, s), "USAGE_BILLING_DAG_RETRIES": "0"},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert secret not in done.stdout + done.stderr
+        results.append(done.stdout + done.stderr)
+    assert '"state": "success"' in results[0], results[0][-3000:]
+    assert '"state": "failed"' in results[1] and "Connection refused" in results[1], results[1][-3000:]
+    leaks = [
+        p
+        for p in [*home.rglob("*"), *tmp_path.rglob("*")]
+        if p.is_file() and secret.encode() in p.read_bytes()
+    ]
+    assert leaks == []
