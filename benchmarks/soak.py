@@ -239,8 +239,9 @@ bad rows (0.1%, six kinds). Each day: `usage-billing run-day --date D` as its ow
 |---|---|---|
 {chr(10).join(lines)}
 
-Memory per run does not grow with the days processed: mean peak RSS of the last five days
-{statistics.mean(last):,.0f} MB vs the first five {statistics.mean(first):,.0f} MB (ratio {growth:.2f}).
+Memory per run {"does not grow" if growth < 1.15 else "GROWS"} with the days processed: mean peak RSS of
+the last five days {statistics.mean(last):,.0f} MB vs the first five {statistics.mean(first):,.0f} MB
+(ratio {growth:.2f}; under 1.15 counts as flat).
 Wall per day: median {statistics.median(w for _, w, _ in per_day):.1f} s, total {sum(w for _, w, _ in per_day) / 60:.1f} min.
 
 | day | wall | peak RSS (tree) |

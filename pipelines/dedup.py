@@ -96,6 +96,33 @@ def shard_segments(table: pa.Table, shards: int) -> tuple[pa.Table, list[tuple[i
     return table.take(pa.array(order)), segments
 
 
+def sub_shard_of(hashes: np.ndarray, shards: int, subs: int) -> np.ndarray:
+    """The sub-shard of each hash inside its shard: independent of the shard (other hash digits)."""
+    return ((hashes // np.uint64(shards)) % np.uint64(subs)).astype(np.int64)
+
+
+def sub_shard_segments(
+    table: pa.Table, shards: int, subs: int
+) -> tuple[pa.Table, list[tuple[int, int, int, int]]]:
+    """Sort a table with a HASH column by (shard, sub-shard) (one take):
+    (sorted table, [(shard, sub, offset, length)]). A run splits each lake shard into ``subs`` pieces
+    that are deduplicated one at a time, so memory follows the piece, not the run."""
+    if table.num_rows == 0:
+        return table, []
+    h = table[HASH].to_numpy()
+    key = (h % np.uint64(shards)).astype(np.int64) * subs + sub_shard_of(h, shards, subs)
+    order = np.argsort(key.astype(np.uint16 if shards * subs <= 65535 else np.int64), kind="stable")
+    key = key[order]
+    bounds = np.flatnonzero(np.diff(key)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [len(key)]))
+    segments = [
+        (int(key[b]) // subs, int(key[b]) % subs, int(b), int(e - b))
+        for b, e in zip(starts, ends, strict=True)
+    ]
+    return table.take(pa.array(order)), segments
+
+
 class ExistingShard(Protocol):
     """What the lake already holds for one shard, in the dates that dedup must look at."""
 

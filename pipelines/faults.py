@@ -8,7 +8,8 @@ A test sets ``USAGE_BILLING_FAULT=<checkpoint>:<action>[:<nth>]`` in a child pro
 - ``pause``: at that point the process creates the file named by ``USAGE_BILLING_FAULT_FILE`` and
   waits until the file is removed (the test kills a database connection meanwhile, say).
 
-Checkpoints: ``lake.commit`` (after each partition swap of an ingest commit),
+Checkpoints: ``lake.write`` (after each Parquet file a run writes into its staging),
+``lake.commit`` (after each partition swap of an ingest commit),
 ``warehouse.load.<table>`` (rows inserted, transaction still open), ``invoices.finalize`` (numbers
 given, not committed).
 """

@@ -35,14 +35,21 @@ from pipelines.beam_options import (
     pipeline_options,
     split,
 )
-from pipelines.dedup import ShardResult, dedup_shard, shard_segments, sorted_hashes, with_hash
+from pipelines.dedup import (
+    ShardResult,
+    dedup_shard,
+    sorted_hashes,
+    sub_shard_of,
+    sub_shard_segments,
+    with_hash,
+)
 from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.locks import step_lock
 from pipelines.readers import file_kind, parquet_units, read_json_file, read_parquet_unit, whole_file
 from pipelines.validate import Rules, validate
 from pipelines.warehouse import make_engine, require_schema
 from schemas.catalog import load_catalog
-from schemas.events import QUARANTINE_SCHEMA
+from schemas.events import LAKE_SCHEMA, QUARANTINE_SCHEMA
 from schemas.warehouse import IngestRun, RecomputeQueue
 
 log = logging.getLogger(__name__)
@@ -114,9 +121,10 @@ class ReadUnit:
     first: bool = True  # counts the file once
 
 
-# Rows of one shard inside a spill file, (path, offset, length): what travels through the shuffle
-# instead of the rows. A plain tuple, so every runner's coder carries it unchanged.
-SpillRef = tuple[str, int, int]
+# Rows of one sub-shard inside a spill file, (sub, path, offset, length): what travels through the
+# shuffle instead of the rows. A plain tuple, so every runner's coder carries it unchanged.
+SpillRef = tuple[int, str, int, int]
+SUB_SHARD_ROWS = 250_000  # rows deduplicated at once: a run splits each lake shard into pieces of this
 
 
 class ReadAndValidate(beam.DoFn):
@@ -124,9 +132,9 @@ class ReadAndValidate(beam.DoFn):
     quarantine rows, counts. Spilling keeps the shuffle to small references (Arrow IPC, memory-mapped).
     """
 
-    def __init__(self, rules: Rules, shards: int, stage_root: str) -> None:
+    def __init__(self, rules: Rules, shards: int, subs: int, stage_root: str) -> None:
         self.rules = rules
-        self.shards = shards
+        self.shards, self.subs = shards, subs
         self.spill_root = lake.join(stage_root, "_spill")
 
     def process(self, unit: ReadUnit):  # type: ignore[no-untyped-def]
@@ -148,12 +156,12 @@ class ReadAndValidate(beam.DoFn):
             stats = _merge(stats, _stats(rows_read=chunk.rows_read, quarantined=_reason_counts(quarantine)))
             if quarantine.num_rows:
                 yield QUARANTINE, (unit.landing_date, quarantine)
-            table, segments = shard_segments(with_hash(clean), self.shards)
+            table, segments = sub_shard_segments(with_hash(clean), self.shards, self.subs)
             if segments:
                 path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
                 lake.write_ipc(path, table)
-                for shard, offset, length in segments:
-                    yield CLEAN, (shard, (path, offset, length))
+                for shard, sub, offset, length in segments:
+                    yield CLEAN, (shard, (sub, path, offset, length))
         yield STATS, (unit.landing_date, stats)
 
 
@@ -167,60 +175,105 @@ def index_file(shard: int) -> str:
 
 
 class LakeShard:
-    """One shard of the lake in the dedup window (the ExistingShard that dedup_shard reads)."""
+    """One shard of the lake in the dedup window. ``sub`` narrows it to one sub-shard of a run (the
+    ExistingShard that dedup_shard reads); the run writes the shard's existing rows itself, so
+    ``full`` is None here."""
 
     def __init__(self, lake_root: str, shard: int, window: list[dt.date]) -> None:
         self.lake_root, self.shard = lake_root, shard
         committed = set(lake.partition_dates(lake_root, lake.EVENTS))
-        self._dates = [d for d in window if d in committed and lake.exists(self._path(d, shard_file(shard)))]
+        self._dates = [d for d in window if d in committed and lake.exists(self.path(d))]
+        self._hashes: dict[dt.date, np.ndarray] = {}
+        self.sub: tuple[int, int, int] | None = None  # (sub, subs, shards)
 
-    def _path(self, day: dt.date, name: str) -> str:
-        return lake.join(lake.partition(self.lake_root, lake.EVENTS, day), name)
+    def path(self, day: dt.date, name: str | None = None) -> str:
+        return lake.join(lake.partition(self.lake_root, lake.EVENTS, day), name or shard_file(self.shard))
 
     def dates(self) -> list[dt.date]:
         return self._dates
 
+    def all_hashes(self, day: dt.date) -> np.ndarray:
+        if day not in self._hashes:
+            index = self.path(day, index_file(self.shard))
+            self._hashes[day] = (
+                lake.read_npy(index)
+                if lake.exists(index)
+                else sorted_hashes(lake.read_parquet(self.path(day), columns=["event_id"]))
+            )
+        return self._hashes[day]
+
     def hashes(self, day: dt.date) -> np.ndarray:
-        path = self._path(day, index_file(self.shard))
-        if lake.exists(path):
-            return lake.read_npy(path)
-        return sorted_hashes(lake.read_parquet(self._path(day, shard_file(self.shard)), columns=["event_id"]))
+        h = self.all_hashes(day)
+        if self.sub is None:
+            return h
+        sub, subs, shards = self.sub
+        return h[sub_shard_of(h, shards, subs) == sub]  # still sorted
 
     def rows(self, day: dt.date, event_ids: pa.Array) -> pa.Table:
-        table = lake.read_parquet(self._path(day, shard_file(self.shard)))
+        table = lake.read_parquet(self.path(day))
         return table.filter(pa.compute.is_in(table["event_id"], value_set=event_ids))
 
     def full(self, day: dt.date) -> pa.Table | None:
-        path = self._path(day, shard_file(self.shard))
-        return lake.read_parquet(path) if lake.exists(path) else None
+        return None
 
 
 class DedupAndStage(beam.DoFn):
     """One shard of the run -> shard files (and their id index) staged for commit, counts, conflicts."""
 
-    def __init__(self, lake_root: str, stage_root: str, window: list[dt.date]) -> None:
+    def __init__(
+        self, lake_root: str, stage_root: str, window: list[dt.date], shards: int, subs: int
+    ) -> None:
         self.lake_root = lake_root
         self.stage_root = stage_root
         self.window = window
+        self.shards, self.subs = shards, subs
 
     def process(self, element):  # type: ignore[no-untyped-def]
+        """Deduplicate the shard one sub-shard at a time, appending each piece's new rows to the
+        shard file of their event date (after the rows that file already held)."""
         shard, refs = element
-        spills: dict[str, pa.Table] = {}
-        parts = []
-        for path, offset, length in refs:
-            if path not in spills:
-                spills[path] = lake.read_ipc(path)
-            parts.append(spills[path].slice(offset, length))
-        result = dedup_shard(parts, LakeShard(self.lake_root, shard, self.window))
-        for day, table in result.writes.items():
+        by_sub: dict[int, list[tuple[str, int, int]]] = {}
+        for sub, path, offset, length in refs:
+            by_sub.setdefault(sub, []).append((path, offset, length))
+        subs = self.subs
+        existing = LakeShard(self.lake_root, shard, self.window)
+        files: dict[dt.date, lake.ParquetAppender] = {}
+        hashes: dict[dt.date, list[np.ndarray]] = {}
+        try:
+            for sub in sorted(by_sub):
+                parts = [lake.read_ipc(path).slice(offset, length) for path, offset, length in by_sub[sub]]
+                existing.sub = (sub, subs, self.shards)
+                result = dedup_shard(parts, existing)
+                del parts
+                for day, table in result.writes.items():
+                    if day not in files:
+                        files[day], hashes[day] = self._open(existing, day, shard)
+                    files[day].write(table)
+                    hashes[day].append(result.write_hashes[day])
+                for landing, stats in _per_landing(result):
+                    yield STATS, (landing, stats)
+                if result.conflicts.num_rows:
+                    for landing, rows in _by_landing(result.conflicts, "landing_date"):
+                        yield QUARANTINE, (landing, rows)
+        finally:
+            for writer in files.values():
+                writer.close()
+        for day, parts_h in hashes.items():
             folder = lake.partition(self.stage_root, lake.EVENTS, day)
-            lake.write_parquet(lake.join(folder, shard_file(shard)), table)
-            lake.write_npy(lake.join(folder, index_file(shard)), result.write_hashes[day])
-        for landing, stats in _per_landing(result):
-            yield STATS, (landing, stats)
-        if result.conflicts.num_rows:
-            for landing, rows in _by_landing(result.conflicts, "landing_date"):
-                yield QUARANTINE, (landing, rows)
+            lake.write_npy(lake.join(folder, index_file(shard)), np.sort(np.concatenate(parts_h)))
+
+    def _open(
+        self, existing: LakeShard, day: dt.date, shard: int
+    ) -> tuple[lake.ParquetAppender, list[np.ndarray]]:
+        """The staged shard file of ``day``, starting with the rows the lake already holds for it."""
+        folder = lake.partition(self.stage_root, lake.EVENTS, day)
+        writer = lake.ParquetAppender(lake.join(folder, shard_file(shard)), LAKE_SCHEMA)
+        if day not in existing.dates():
+            return writer, []
+        current = lake.open_parquet(existing.path(day))
+        for i in range(current.metadata.num_row_groups):  # one row group at a time
+            writer.write(current.read_row_group(i).select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA))
+        return writer, [existing.all_hashes(day)]
 
 
 def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
@@ -281,23 +334,33 @@ class IngestEvents(beam.PTransform):
     """Read units -> staged partitions, quarantine and per-landing-date stats (writes only to staging)."""
 
     def __init__(
-        self, rules: Rules, shards: int, lake_root: str, stage_root: str, window: list[dt.date]
+        self,
+        rules: Rules,
+        shards: int,
+        lake_root: str,
+        stage_root: str,
+        window: list[dt.date],
+        subs: int = 1,
     ) -> None:
         super().__init__()
         self.rules, self.shards, self.lake_root, self.stage_root = rules, shards, lake_root, stage_root
-        self.window = window
+        self.window, self.subs = window, subs
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         read = split(
             units
-            | "ReadAndValidate" >> beam.ParDo(ReadAndValidate(self.rules, self.shards, self.stage_root)),
+            | "ReadAndValidate"
+            >> beam.ParDo(ReadAndValidate(self.rules, self.shards, self.subs, self.stage_root)),
             "Read",
             (CLEAN, QUARANTINE, STATS),
         )
         dedup = split(
             read[CLEAN]
             | "GroupByShard" >> beam.GroupByKey()
-            | "DedupAndStage" >> beam.ParDo(DedupAndStage(self.lake_root, self.stage_root, self.window)),
+            | "DedupAndStage"
+            >> beam.ParDo(
+                DedupAndStage(self.lake_root, self.stage_root, self.window, self.shards, self.subs)
+            ),
             "Dedup",
             (QUARANTINE, STATS),
         )
@@ -335,6 +398,25 @@ def dedup_window(dates: list[dt.date], rules: Rules) -> list[dt.date]:
     first = dates[0] - dt.timedelta(days=rules.lateness_days)
     last = dates[-1] + dt.timedelta(days=1 + (rules.future_slack_hours + 23) // 24)
     return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def sub_shards(units: list[ReadUnit], shards: int) -> int:
+    """Pieces per lake shard for this run: the input's rows (exact for Parquet, an upper estimate for
+    JSON from the file size) over ``SUB_SHARD_ROWS`` per piece, so a piece's size does not grow with
+    the run."""
+    rows = 0
+    for unit in units:
+        if not unit.first:
+            continue
+        try:
+            if file_kind(unit.path) == "parquet":
+                rows += lake.open_parquet(unit.path).metadata.num_rows
+            else:
+                size = os.path.getsize(unit.path) if lake.is_local(unit.path) else 0
+                rows += size // (40 if unit.path.endswith(".gz") else 150)
+        except Exception:  # an unreadable file is quarantined by the read step; it adds no rows here
+            continue
+    return max(1, min(-(-rows // (shards * SUB_SHARD_ROWS)), 65535 // shards))
 
 
 def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
@@ -379,13 +461,15 @@ def _ingest(options, opts: IngestOptions, dates: list[dt.date], catalog, engine:
     shards = lake.shard_count(opts.lake, opts.shards)
     rules = Rules(frozenset(catalog.model_ids), opts.lateness_days, opts.max_tokens_per_event)
     units = read_units(opts.landing, dates)
+    subs = sub_shards(units, shards)
     stage = lake.open_stage(opts.lake, run_id, STEP)
     try:
         with make_pipeline(options) as p:
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units)
-                | "IngestEvents" >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules))
+                | "IngestEvents"
+                >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules), subs)
             )
         result = _collect(run_id, stage, dates)
         _check_conservation(result)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines import faults
 from pipelines.errors import UsageBillingError
 
 EVENTS = "events"
@@ -122,11 +123,50 @@ def write_parquet(path: str, table: pa.Table) -> None:
         if is_local(path):
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             pq.write_table(table, path, **options)
+            faults.checkpoint("lake.write")
         else:
             with FileSystems.create(path) as handle:
                 pq.write_table(table, handle, **options)
     except OSError as exc:
         raise UsageBillingError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class ParquetAppender:
+    """A Parquet file written a table at a time (one row group each), closed once: for files whose
+    rows arrive in pieces that should not all be held in memory at once."""
+
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        self.path = path
+        self._handle = None
+        try:
+            if is_local(path):
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                sink: object = path
+            else:
+                self._handle = FileSystems.create(path)
+                sink = self._handle
+            self._writer = pq.ParquetWriter(
+                sink,
+                schema,
+                compression="zstd",
+                use_dictionary=[c for c in DICTIONARY_COLUMNS if c in schema.names],
+            )
+        except OSError as exc:
+            raise UsageBillingError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+    def write(self, table: pa.Table) -> None:
+        try:
+            self._writer.write_table(table)
+        except OSError as exc:
+            raise UsageBillingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+            if self._handle is not None:
+                self._handle.close()
+        except OSError as exc:
+            raise UsageBillingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
 
 def open_parquet(path: str) -> pq.ParquetFile:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from sqlalchemy import and_, delete, select
 
 from billing.pricing import rate_from
-from billing.quota import allocate, attach_accounts
+from billing.quota import allocate, attach_accounts, period_start
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, make_pipeline, parse_date, pipeline_options
 from pipelines.dedup import HASH, shard_segments, stable_hash
@@ -38,7 +38,7 @@ from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
 from schemas.warehouse import Account, BillableUsage, MeteredDay, PoolUsage
 
 ALLOCATIONS = "allocations"
-METER_SHARDS = 8
+SHARD_ROWS = 500_000  # events allocated at once (all of an account's events stay in one shard)
 COLUMNS = [
     "event_id",
     "event_time",
@@ -68,18 +68,30 @@ def meter_dates(opts: MeterOptions) -> list[dt.date]:
     return date_range(opts)
 
 
-def read_window(dates: list[dt.date]) -> tuple[dt.date, dt.date]:
-    """UTC dates to read: from the earliest period start the local dates can touch, to the last + 1."""
-    first = dates[0]
-    earliest = min(first.replace(day=1), first - dt.timedelta(days=first.weekday()))
+def read_window(dates: list[dt.date], catalog: Catalog) -> tuple[dt.date, dt.date]:
+    """UTC dates to read: from the earliest start of a pool period (of the catalog's plans) holding the
+    first local date, to the last local date + 1 (local dates are UTC-12 .. UTC+14 of a UTC date)."""
+    first = np.array([dates[0]], dtype="datetime64[D]")
+    periods = {pool.period for plan in catalog.plans for pool in plan.pools} or {"day"}
+    earliest = min(period_start(first, p)[0].item() for p in periods)
     return earliest - dt.timedelta(days=1), dates[-1] + dt.timedelta(days=1)
+
+
+def shard_count(units: list[tuple[str, int]]) -> int:
+    """Account shards for this run: the window's rows over ``SHARD_ROWS``, so that a shard holds about
+    that many events (or one account's, if an account has more) however long the window is."""
+    rows = 0
+    for path in sorted({p for p, _ in units}):
+        rows += lake.open_parquet(path).metadata.num_rows
+    return max(1, min(-(-rows // SHARD_ROWS), 4096))
 
 
 class ReadAndSpill(beam.DoFn):
     """A row group -> events with plan and local day, up to the last metered date, spilled by shard."""
 
-    def __init__(self, accounts: pa.Table, last: dt.date, stage_root: str) -> None:
+    def __init__(self, accounts: pa.Table, last: dt.date, stage_root: str, shards: int) -> None:
         self.accounts, self.last, self.spill_root = accounts, last, lake.join(stage_root, "_spill")
+        self.shards = shards
 
     def process(self, unit: tuple[str, int]):  # type: ignore[no-untyped-def]
         path, group = unit
@@ -88,7 +100,7 @@ class ReadAndSpill(beam.DoFn):
         )
         events = events.filter(pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32())))
         events = events.append_column(HASH, pa.array(stable_hash(events["account_id"]), pa.uint64()))
-        table, segments = shard_segments(events, METER_SHARDS)
+        table, segments = shard_segments(events, self.shards)
         if not segments:
             return
         spill = lake.join(
@@ -149,7 +161,12 @@ class AllocateShard(beam.DoFn):
                 "tokens": draws["tokens"],
             }
         ).filter(in_range.take(idx))
-        lake.write_parquet(lake.join(self.stage_root, ALLOCATIONS, name), records)
+        # Allocation records go straight to their staged partitions: the driver never holds them all.
+        days = records["local_day"]
+        for day in pc.unique(days).to_pylist():
+            rows = records.filter(pc.equal(days, pa.scalar(day, pa.date32())))
+            staged = lake.partition(lake.join(self.stage_root, "_commit"), ALLOCATIONS, day)
+            lake.write_parquet(lake.join(staged, name), rows)
         yield shard
 
 
@@ -212,15 +229,22 @@ def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
 
 class MeterQuota(beam.PTransform):
     def __init__(
-        self, catalog: Catalog, accounts: pa.Table, first: dt.date, last: dt.date, stage: str
+        self,
+        catalog: Catalog,
+        accounts: pa.Table,
+        first: dt.date,
+        last: dt.date,
+        stage: str,
+        shards: int = 8,
     ) -> None:
         super().__init__()
         self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
+        self.shards = shards
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         return (
             units
-            | "ReadAndSpill" >> beam.ParDo(ReadAndSpill(self.accounts, self.last, self.stage))
+            | "ReadAndSpill" >> beam.ParDo(ReadAndSpill(self.accounts, self.last, self.stage, self.shards))
             | "GroupByAccountShard" >> beam.GroupByKey()
             | "AllocateShard" >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage))
         )
@@ -264,7 +288,7 @@ def _run(options, opts: MeterOptions) -> dict[str, int]:  # type: ignore[no-unty
     engine = make_engine(opts.database_url)
     require_schema(engine)
     accounts = load_accounts_table(engine)
-    lo, hi = read_window(dates)
+    lo, hi = read_window(dates, catalog)
     utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
     run_id = opts.run_id or f"meter-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     for dead in lake.stages_of(opts.lake, "quota meter"):  # left by a killed run (we hold the step's lock)
@@ -272,15 +296,14 @@ def _run(options, opts: MeterOptions) -> dict[str, int]:  # type: ignore[no-unty
     stage = lake.open_stage(opts.lake, run_id, "quota meter")
     try:
         files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
+        units = lake.row_groups(files)
         with make_pipeline(options) as p:
             _ = (
                 p
-                | "ReadUnits" >> beam.Create(lake.row_groups(files))
-                | "MeterQuota" >> MeterQuota(catalog, accounts, first, last, stage)
+                | "ReadUnits" >> beam.Create(units)
+                | "MeterQuota" >> MeterQuota(catalog, accounts, first, last, stage, shard_count(units))
             )
-        billable, pools, records, days = (
-            _staged(stage, n) for n in ("billable", "pools", ALLOCATIONS, "metered_days")
-        )
+        billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
         if days is not None:
             days = sum_by(days, ["local_day", "utc_day"])
         with engine.begin() as conn:
@@ -298,26 +321,23 @@ def _run(options, opts: MeterOptions) -> dict[str, int]:  # type: ignore[no-unty
             conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
             if pools is not None:
                 insert_arrow(conn, pt, pools)
-        _commit_allocations(opts.lake, stage, run_id, records, dates)
+        allocations = _commit_allocations(opts.lake, stage, run_id, dates)
     finally:
         lake.discard(stage)
         engine.dispose()
     return {
         "billable_usage": 0 if billable is None else billable.num_rows,
         "pool_usage": 0 if pools is None else pools.num_rows,
-        "allocations": 0 if records is None else records.num_rows,
+        "allocations": allocations,
     }
 
 
-def _commit_allocations(
-    lake_root: str, stage: str, run_id: str, records: pa.Table | None, dates: list[dt.date]
-) -> None:
-    """One partition per local day: the day's allocation records replace the previous ones."""
+def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.date]) -> int:
+    """One partition per local day: the day's allocation records (one file per shard, staged by the
+    pipeline) replace the previous ones; a day without records commits an empty partition."""
+    rows = 0
     for day in dates:
-        rows = None
-        if records is not None:
-            rows = records.filter(pc.equal(records["local_day"], pa.scalar(day, pa.date32())))
         staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
-        if rows is not None and rows.num_rows:
-            lake.write_parquet(lake.join(staged, "part-0000.parquet"), rows)
+        rows += sum(lake.open_parquet(f).metadata.num_rows for f in lake.list_files(staged))
         lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
+    return rows

@@ -174,6 +174,7 @@ def reference(after_day1, tmp_path_factory) -> dict:  # type: ignore[no-untyped-
 @pytest.mark.parametrize(
     "fault",
     [
+        "lake.write:kill:3",  # ingest: staging files half written, nothing committed
         "lake.commit:kill:1",  # ingest: the first past partition swapped, the others not
         "warehouse.load.dq_results:kill:1",  # quality gate writing its results
         "warehouse.load.usage_daily:kill:1",  # aggregate: usage_daily loaded, transaction open
@@ -250,9 +251,9 @@ def test_finalize_killed_before_commit_numbers_nothing_and_the_rerun_numbers_lik
 # -- two runs at once (PostgreSQL) -------------------------------------------------------------------
 
 
-def _paused(settings: Settings, flag: Path, *args: str) -> subprocess.Popen:
-    """Start a run that pauses at its first lake commit (holding its lock) until ``flag`` is removed."""
-    env = _env(settings, USAGE_BILLING_FAULT="lake.commit:pause", USAGE_BILLING_FAULT_FILE=str(flag))
+def _paused(settings: Settings, flag: Path, fault: str, *args: str) -> subprocess.Popen:
+    """Start a run that pauses at the checkpoint ``fault`` (holding its lock) until ``flag`` is removed."""
+    env = _env(settings, USAGE_BILLING_FAULT=f"{fault}:pause", USAGE_BILLING_FAULT_FILE=str(flag))
     proc = subprocess.Popen(
         [BIN, *args], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -267,7 +268,7 @@ def _paused(settings: Settings, flag: Path, *args: str) -> subprocess.Popen:
 def test_a_second_ingest_at_the_same_time_exits_with_a_clear_message_or_waits(postgres_settings, tmp_path):
     s = postgres_settings
     flag = tmp_path / "paused"
-    first = _paused(s, flag, "events", "ingest", "--date", DAY2.isoformat())
+    first = _paused(s, flag, "lake.commit", "events", "ingest", "--date", DAY2.isoformat())
     try:
         busy = cli(s, "events", "ingest", "--date", DAY2.isoformat())
         assert busy.returncode == 75
@@ -318,22 +319,9 @@ def test_two_meters_at_once_one_runs_one_exits_and_rows_are_not_doubled(postgres
     ok(s, "run-day", "--date", DAY1.isoformat())
     ok(s, "quota", "meter", "--date", DAY1.isoformat())
     before = warehouse_state(s.database_url)
-    env = _env(
-        s,
-        USAGE_BILLING_FAULT="warehouse.load.billable_usage:pause",
-        USAGE_BILLING_FAULT_FILE=str(tmp_path / "f"),
+    first = _paused(
+        s, tmp_path / "f", "warehouse.load.billable_usage", "quota", "meter", "--date", DAY1.isoformat()
     )
-    first = subprocess.Popen(
-        [BIN, "quota", "meter", "--date", DAY1.isoformat()],
-        env=env,
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "f").exists():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1]
-        time.sleep(0.1)
     second = cli(s, "quota", "meter", "--date", DAY1.isoformat())
     (tmp_path / "f").unlink()
     assert first.wait(timeout=300) == 0
@@ -350,19 +338,7 @@ def test_a_connection_killed_mid_load_fails_clearly_rolls_back_and_the_rerun_is_
     s = postgres_settings
     ok(s, "events", "ingest", "--date", DAY1.isoformat())
     flag = tmp_path / "paused"
-    env = _env(s, USAGE_BILLING_FAULT="warehouse.load.usage_daily:pause", USAGE_BILLING_FAULT_FILE=str(flag))
-    proc = subprocess.Popen(
-        [BIN, "usage", "aggregate", "--date", DAY1.isoformat()],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while not flag.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
-        time.sleep(0.1)
+    proc = _paused(s, flag, "warehouse.load.usage_daily", "usage", "aggregate", "--date", DAY1.isoformat())
     admin = make_engine(s.database_url)
     with admin.connect() as conn:
         killed = conn.execute(

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from billing.quota import attach_accounts
-from pipelines import ingest, meter
+from pipelines import ingest, lake, meter
 from pipelines.accounts import load_accounts
 from pipelines.jobs import date_args
 from pipelines.warehouse import make_engine, upgrade
@@ -70,6 +70,51 @@ def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingest
     for day in dates:
         _meter(other, [day])
     assert (table_rows(other.database_url, BillableUsage), table_rows(other.database_url, PoolUsage)) == once
+
+
+def test_the_shard_count_follows_the_window_and_changes_no_row(ingested, tmp_path, catalog, monkeypatch):
+    """A run's account shards come from its window's size; many small shards give the rows one gives."""
+    dates = small_dates()
+    monkeypatch.setattr(meter, "SHARD_ROWS", 10**9)
+    assert meter.shard_count(lake.row_groups(_files(ingested.lake))) == 1
+    one = _meter(ingested, dates)
+    rows = (table_rows(ingested.database_url, BillableUsage), table_rows(ingested.database_url, PoolUsage))
+    records = _allocations(ingested.lake)
+    monkeypatch.setattr(meter, "SHARD_ROWS", 300)
+    assert meter.shard_count(lake.row_groups(_files(ingested.lake))) >= 10
+    assert _meter(ingested, dates) == one
+    assert (
+        table_rows(ingested.database_url, BillableUsage),
+        table_rows(ingested.database_url, PoolUsage),
+    ) == rows
+    assert _allocations(ingested.lake) == records
+
+
+def test_the_read_window_starts_at_the_longest_pool_period_of_the_catalog(catalog):
+    sunday = dt.date(2026, 3, 15)
+    assert meter.read_window([sunday], catalog) == (dt.date(2026, 3, 8), dt.date(2026, 3, 16))  # weekly pools
+    monthly = catalog.model_copy(
+        update={
+            "plans": [
+                p.model_copy(update={"pools": [q.model_copy(update={"period": "month"}) for q in p.pools]})
+                for p in catalog.plans
+            ]
+        }
+    )
+    assert meter.read_window([sunday], monthly) == (dt.date(2026, 2, 28), dt.date(2026, 3, 16))
+
+
+def _files(lake_root: str) -> list[str]:
+    return [
+        f
+        for d in lake.partition_dates(lake_root, lake.EVENTS)
+        for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))
+    ]
+
+
+def _allocations(lake_root: str) -> list:
+    t = ds.dataset(f"{lake_root}/allocations", format="parquet").to_table()
+    return sorted(t.to_pylist(), key=lambda r: (r["event_id"], r["pool"]))
 
 
 def test_quota_show_prints_each_pool(ingested, capsys):
