@@ -38,7 +38,7 @@ from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
 from schemas.warehouse import Account, BillableUsage, MeteredDay, PoolUsage
 
 ALLOCATIONS = "allocations"
-SHARD_ROWS = 500_000  # events allocated at once (all of an account's events stay in one shard)
+SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
 COLUMNS = [
     "event_id",
     "event_time",

@@ -329,6 +329,23 @@ def test_two_meters_at_once_one_runs_one_exits_and_rows_are_not_doubled(postgres
     assert warehouse_state(s.database_url) == before
 
 
+def test_on_sqlite_a_second_run_finds_the_lock_file_held_and_names_the_holder(after_day1, tmp_path):
+    s = _copy(after_day1, tmp_path / "run")
+    flag = tmp_path / "paused"
+    first = _paused(s, flag, "warehouse.load.usage_daily", "usage", "aggregate", "--date", DAY1.isoformat())
+    try:
+        second = cli(s, "usage", "aggregate", "--date", DAY1.isoformat())
+    finally:
+        flag.unlink()
+    assert first.wait(timeout=300) == 0
+    lines = second.stderr.strip().splitlines()
+    assert second.returncode == 75 and len(lines) == 1, second.stderr
+    assert lines[0].startswith(f"error: another run of usage aggregate is in progress (pid {first.pid} on ")
+    assert (
+        cli(s, "usage", "aggregate", "--date", DAY1.isoformat()).returncode == 0
+    )  # released with the process
+
+
 # -- the database connection killed mid-run (PostgreSQL) ---------------------------------------------
 
 
