@@ -241,6 +241,9 @@ bad rows (0.1%, six kinds). Each day: `usage-billing run-day --date D` as its ow
 |---|---|---|
 {chr(10).join(lines)}
 
+February's uninvoiced tokens are its last local day for accounts west of UTC (events of 1 March UTC):
+metered and billable, but only March is drafted.
+
 Memory per run {"does not grow" if growth < 1.15 else "GROWS"} with the days processed: mean peak RSS
 {statistics.mean(first):,.0f} MB on days 1-5 (the first week: metering windows, late dates and
 same-weekday history still filling), {statistics.mean(settled):,.0f} MB on days 6-10 and

@@ -121,7 +121,7 @@ class ReadUnit:
     first: bool = True  # counts the file once
 
 
-# Rows of one sub-shard inside a spill file, (sub, path, offset, length): what travels through the
+# Rows of one sub-shard inside a spill file, (sub, path, first batch, end batch): what travels through the
 # shuffle instead of the rows. A plain tuple, so every runner's coder carries it unchanged.
 SpillRef = tuple[int, str, int, int]
 SUB_SHARD_ROWS = 250_000  # rows deduplicated at once: a run splits each lake shard into pieces of this
@@ -159,9 +159,9 @@ class ReadAndValidate(beam.DoFn):
             table, segments = sub_shard_segments(with_hash(clean), self.shards, self.subs)
             if segments:
                 path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
-                lake.write_ipc(path, table)
-                for shard, sub, offset, length in segments:
-                    yield CLEAN, (shard, (sub, path, offset, length))
+                ranges = lake.write_ipc_segments(path, table, [(o, n) for _, _, o, n in segments])
+                for (shard, sub, _, _), (first, end) in zip(segments, ranges, strict=True):
+                    yield CLEAN, (shard, (sub, path, first, end))
         yield STATS, (unit.landing_date, stats)
 
 
@@ -233,15 +233,15 @@ class DedupAndStage(beam.DoFn):
         shard file of their event date (after the rows that file already held)."""
         shard, refs = element
         by_sub: dict[int, list[tuple[str, int, int]]] = {}
-        for sub, path, offset, length in refs:
-            by_sub.setdefault(sub, []).append((path, offset, length))
+        for sub, path, first, end in refs:
+            by_sub.setdefault(sub, []).append((path, first, end))
         subs = self.subs
         existing = LakeShard(self.lake_root, shard, self.window)
         files: dict[dt.date, lake.ParquetAppender] = {}
         hashes: dict[dt.date, list[np.ndarray]] = {}
         try:
             for sub in sorted(by_sub):
-                parts = [lake.read_ipc(path).slice(offset, length) for path, offset, length in by_sub[sub]]
+                parts = [lake.read_ipc_batches(path, first, end) for path, first, end in by_sub[sub]]
                 existing.sub = (sub, subs, self.shards)
                 result = dedup_shard(parts, existing)
                 del parts

@@ -200,22 +200,36 @@ def write_json(path: str, payload: object) -> None:
 
 
 @_io_errors
-def write_ipc(path: str, table: pa.Table) -> None:
-    """An Arrow IPC file: the run's spill format between pipeline stages (memory-mapped on read)."""
+def write_ipc_segments(path: str, table: pa.Table, segments: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """An Arrow IPC file holding each (offset, length) segment of ``table`` as record batches of its
+    own; returns each segment's batch range, for ``read_ipc_batches`` to read back just that segment."""
+    ranges = []
     if is_local(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
+        sink: object = pa.OSFile(path, "wb")
     else:
-        with FileSystems.create(path) as handle, pa.ipc.new_file(handle, table.schema) as writer:
-            writer.write_table(table)
+        sink = FileSystems.create(path)
+    with sink, pa.ipc.new_file(sink, table.schema) as writer:  # type: ignore[attr-defined]
+        written = 0
+        for offset, length in segments:
+            batches = table.slice(offset, length).to_batches()
+            for batch in batches:
+                writer.write_batch(batch)
+            ranges.append((written, written + len(batches)))
+            written += len(batches)
+    return ranges
 
 
-def read_ipc(path: str) -> pa.Table:
+def read_ipc_batches(path: str, first: int, end: int) -> pa.Table:
+    """Record batches [first, end) of an IPC file, read into memory (not mapped: a mapping would keep
+    every page a run touched counted as the process's memory until the file is closed)."""
     if is_local(path):
-        return pa.ipc.open_file(pa.memory_map(path)).read_all()
+        with pa.OSFile(path) as source:
+            reader = pa.ipc.open_file(source)
+            return pa.Table.from_batches([reader.get_batch(i) for i in range(first, end)], reader.schema)
     with FileSystems.open(path) as handle:
-        return pa.ipc.open_file(pa.BufferReader(handle.read())).read_all()
+        reader = pa.ipc.open_file(pa.BufferReader(handle.read()))
+        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, end)], reader.schema)
 
 
 @_io_errors

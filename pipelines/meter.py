@@ -106,9 +106,9 @@ class ReadAndSpill(beam.DoFn):
         spill = lake.join(
             self.spill_root, hashlib.sha1(f"{path}#{group}".encode()).hexdigest()[:20] + ".arrow"
         )
-        lake.write_ipc(spill, table)
-        for shard, offset, length in segments:
-            yield shard, (spill, offset, length)
+        ranges = lake.write_ipc_segments(spill, table, [(o, n) for _, o, n in segments])
+        for (shard, _, _), (first, end) in zip(segments, ranges, strict=True):
+            yield shard, (spill, first, end)
 
 
 class AllocateShard(beam.DoFn):
@@ -119,12 +119,9 @@ class AllocateShard(beam.DoFn):
 
     def process(self, element):  # type: ignore[no-untyped-def]
         shard, refs = element
-        spills: dict[str, pa.Table] = {}
-        parts = []
-        for path, offset, length in refs:
-            spills.setdefault(path, lake.read_ipc(path))
-            parts.append(spills[path].slice(offset, length))
+        parts = [lake.read_ipc_batches(path, first, end) for path, first, end in refs]
         events = pa.concat_tables(parts).combine_chunks()
+        del parts
         result = allocate(events, self.catalog)
         day = events["local_day"]
         in_range = pc.and_(

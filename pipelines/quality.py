@@ -10,11 +10,13 @@ acceptance is recorded in ``dq_acceptances`` with who, when, why and what was ac
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import getpass
 import html
 import json
 import math
+import multiprocessing
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -144,6 +146,25 @@ def _plain(value: object) -> object:
     return _plain(json.loads(json.dumps(value, default=str)))
 
 
+PARALLEL_WORKERS = 2
+PARALLEL_MIN_DATES = 16  # below this, starting a second process costs more than it saves
+
+
+def _validate(
+    lake_root: str, catalog: Catalog, days: list[dt.date], factor: float, weeks: int
+) -> list[PartitionReport]:
+    reports: list[PartitionReport] = []
+    gate: Gate | None = None
+    for day in days:
+        files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
+        if not files:
+            continue
+        gate = gate or Gate(catalog)
+        table = pa.concat_tables([lake.read_parquet(f) for f in files])
+        reports.append(gate.validate(table, day, volume_bounds(lake_root, day, factor, weeks)))
+    return reports
+
+
 def check_partitions(
     engine: Engine,
     lake_root: str,
@@ -153,17 +174,27 @@ def check_partitions(
     factor: float = DEFAULT_VOLUME_FACTOR,
     weeks: int = DEFAULT_VOLUME_WEEKS,
 ) -> list[PartitionReport]:
-    """Validate each date's committed partition, store the results, write the HTML, return reports."""
-    reports: list[PartitionReport] = []
-    gate: Gate | None = None
-    for day in sorted(set(dates)):
-        files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
-        if not files:
-            continue
-        gate = gate or Gate(catalog)
-        table = pa.concat_tables([lake.read_parquet(f) for f in files])
-        report = gate.validate(table, day, volume_bounds(lake_root, day, factor, weeks))
-        reports.append(report)
+    """Validate each date's committed partition, store the results, write the HTML, return reports.
+
+    Many dates (a backfill, the demo) are split between worker processes, one GX context each.
+    """
+    days = sorted(set(dates))
+    workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(days) // PARALLEL_MIN_DATES)
+    if workers > 1:
+        chunks = [days[i::workers] for i in range(workers)]
+        context = multiprocessing.get_context("spawn")  # no fork of a process that ran Beam's threads
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            parts = pool.map(
+                _validate,
+                [lake_root] * workers,
+                [catalog] * workers,
+                chunks,
+                [factor] * workers,
+                [weeks] * workers,
+            )
+            reports = sorted((r for part in parts for r in part), key=lambda r: r.day)
+    else:
+        reports = _validate(lake_root, catalog, days, factor, weeks)
     _store(engine, reports, run_id)
     for report in reports:
         report.accepted = bool(report.failed_errors) and _accepted(engine, report.day, report.failed_errors)

@@ -126,3 +126,25 @@ def test_stored_details_are_strict_json():
         "a": [None, 1.5, None],
         "b": [1, "x"],
     }
+
+
+def test_many_dates_are_validated_in_two_processes_with_the_same_outcomes(volume_drop, catalog, monkeypatch):
+    """A backfill's dates are split between worker processes; every outcome equals the one-process run."""
+    days = [DAY - dt.timedelta(days=7 * k) for k in (3, 2, 1)]
+    engine = make_engine(volume_drop.database_url)
+
+    def outcomes(reports):  # type: ignore[no-untyped-def]
+        return [(r.day, r.rows, [(o.check.name, o.success, o.observed) for o in r.outcomes]) for r in reports]
+
+    monkeypatch.setattr(quality, "PARALLEL_WORKERS", 1)
+    serial = quality.check_partitions(engine, volume_drop.lake, catalog, days, "serial")
+    monkeypatch.setattr(quality, "PARALLEL_WORKERS", 2)
+    monkeypatch.setattr(quality, "PARALLEL_MIN_DATES", 1)
+    spawned = []
+    real = quality.concurrent.futures.ProcessPoolExecutor
+    monkeypatch.setattr(
+        quality.concurrent.futures, "ProcessPoolExecutor", lambda *a, **k: spawned.append(a) or real(*a, **k)
+    )
+    parallel = quality.check_partitions(engine, volume_drop.lake, catalog, days, "parallel")
+    assert spawned and spawned[0][0] == 2
+    assert outcomes(parallel) == outcomes(serial) and len(serial) == 3
