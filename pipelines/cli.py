@@ -5,10 +5,7 @@ Every user mistake ends with one line on stderr and a non-zero exit, never a tra
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from pipelines.errors import UsageBillingError
+from pipelines.logs import quiet
 from pipelines.settings import Settings
 from schemas.catalog import CatalogError
 
@@ -403,27 +401,11 @@ def demo(
     )
 
 
-def _quiet_libraries() -> None:
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-
-    class _DropNoise(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            if record.exc_info and isinstance(record.exc_info[1], UsageBillingError | OSError):
-                return False  # a runner logging a user error it re-raises: main prints it as one line
-            return "apitools not found" not in record.getMessage()
-
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_DropNoise())
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns user errors into one line on stderr."""
     from sqlalchemy.exc import DBAPIError
 
-    _quiet_libraries()
+    quiet()
     try:
         app(args=argv, standalone_mode=False, prog_name="usage-billing")
     except (UsageBillingError, CatalogError) as exc:

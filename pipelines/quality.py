@@ -26,6 +26,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from pipelines import faults, lake
 from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.logs import quiet
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA
 from schemas.quality import SUITE_NAME, VOLUME_MAX, VOLUME_MIN, Check, build_suite, partition_checks
@@ -183,7 +184,7 @@ def check_partitions(
     if workers > 1:
         chunks = [days[i::workers] for i in range(workers)]
         context = multiprocessing.get_context("spawn")  # no fork of a process that ran Beam's threads
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=quiet) as pool:
             parts = pool.map(
                 _validate,
                 [lake_root] * workers,

@@ -1,0 +1,30 @@
+"""Quiet library logging: what the command line and its worker processes print is ours.
+
+No heavy imports here: a worker process runs ``quiet`` before it imports Beam (whose import logs a
+warning about missing Google Cloud clients).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from pipelines.errors import UsageBillingError
+
+        if record.exc_info and isinstance(record.exc_info[1], UsageBillingError | OSError):
+            return False  # a runner logging a user error it re-raises: the CLI prints it as one line
+        return "apitools not found" not in record.getMessage()
+
+
+def quiet() -> None:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its temp-folder notices
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_DropNoise())
