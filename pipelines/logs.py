@@ -17,6 +17,8 @@ class _DropNoise(logging.Filter):
 
         if record.exc_info and isinstance(record.exc_info[1], UsageBillingError | OSError):
             return False  # a runner logging a user error it re-raises: the CLI prints it as one line
+        if record.name.startswith("great_expectations") and record.levelno < logging.WARNING:
+            return False  # GX sets its own loggers to INFO (temporary-folder notices)
         return "apitools not found" not in record.getMessage()
 
 
@@ -25,6 +27,5 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its temp-folder notices
     for handler in logging.getLogger().handlers:
         handler.addFilter(_DropNoise())
