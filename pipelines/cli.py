@@ -285,7 +285,7 @@ def quota_show(
     engine = make_engine(s.database_url)
     require_schema(engine)
     view = pool_state(engine, s.catalog, account, at)
-    out.print(view.header, markup=False, highlight=False)
+    out.print(view.header)
     for line in view.lines:
         out.print(line, markup=False, highlight=False)
 

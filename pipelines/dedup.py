@@ -84,16 +84,8 @@ def with_hash(table: pa.Table) -> pa.Table:
 
 def shard_segments(table: pa.Table, shards: int) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     """Sort a table with a HASH column by shard (one take): (sorted table, [(shard, offset, length)])."""
-    if table.num_rows == 0:
-        return table, []
-    shard = (table[HASH].to_numpy() % np.uint64(shards)).astype(np.uint16)  # shards <= 4096
-    order = np.argsort(shard, kind="stable")  # a radix sort for 16-bit keys
-    shard = shard[order]
-    bounds = np.flatnonzero(np.diff(shard)) + 1
-    starts = np.concatenate(([0], bounds))
-    ends = np.concatenate((bounds, [len(shard)]))
-    segments = [(int(shard[s]), int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)]
-    return table.take(pa.array(order)), segments
+    table, segments = sub_shard_segments(table, shards, 1)
+    return table, [(shard, offset, length) for shard, _, offset, length in segments]
 
 
 def sub_shard_of(hashes: np.ndarray, shards: int, subs: int) -> np.ndarray:

@@ -129,7 +129,8 @@ SUB_SHARD_ROWS = 250_000  # rows deduplicated at once: a run splits each lake sh
 
 class ReadAndValidate(beam.DoFn):
     """One read unit -> clean rows spilled to the run's staging folder and refs to them keyed by shard,
-    quarantine rows, counts. Spilling keeps the shuffle to small references (Arrow IPC, memory-mapped).
+    quarantine rows, counts. Spilling keeps the shuffle to small references (Arrow IPC, one record
+    batch range per sub-shard, read back alone).
     """
 
     def __init__(self, rules: Rules, shards: int, subs: int, stage_root: str) -> None:

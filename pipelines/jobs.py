@@ -71,13 +71,21 @@ def queued(engine: Engine) -> list[tuple[dt.date, str]]:
         return [(r.day, r.run_id) for r in conn.execute(select(q.c.day, q.c.run_id))]
 
 
+def with_queued(engine: Engine, dates: list[dt.date]) -> tuple[list[dt.date], list[tuple[dt.date, str]]]:
+    """(``dates`` and every queued date, sorted; the queue rows read): what a run takes downstream,
+    and what it may remove from the queue when it is done."""
+    queue = queued(engine)
+    return sorted(set(dates) | {day for day, _ in queue}), queue
+
+
 def dequeue(engine: Engine, rows: list[tuple[dt.date, str]], done: list[dt.date]) -> None:
     """Remove the queue rows read before the work started whose date went through downstream; a row
     an ingest queued meanwhile (another run id) stays for the next run."""
     from schemas.warehouse import RecomputeQueue
 
     q = RecomputeQueue.__table__
-    finished = [(day, run_id) for day, run_id in rows if day in set(done)]
+    done_days = set(done)
+    finished = [(day, run_id) for day, run_id in rows if day in done_days]
     with engine.begin() as conn:
         for day, run_id in finished:
             conn.execute(delete(q).where(q.c.day == day, q.c.run_id == run_id))
@@ -102,8 +110,8 @@ def ingest_and_aggregate(
     step("ingest")
     result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
     engine = make_engine(settings.database_url)
-    queue = queued(engine)  # dates earlier runs changed but never took downstream (a killed run-day)
-    todo = sorted(set(dates) | set(result.changed_dates) | {day for day, _ in queue})
+    # with the dates earlier runs changed but never took downstream (a killed run-day)
+    todo, queue = with_queued(engine, [*dates, *result.changed_dates])
     step("data quality")
     reports = quality.check_partitions(engine, settings.lake, settings.catalog, todo, result.run_id)
     if accept_reason:

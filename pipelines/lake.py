@@ -10,6 +10,7 @@ are copied one by one (object stores have no atomic multi-object rename).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import io
@@ -17,7 +18,7 @@ import json
 import os
 import posixpath
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -35,16 +36,22 @@ DEFAULT_SHARDS = 8
 _OLD = ".old-"
 
 
-def _io_errors(fn):  # type: ignore[no-untyped-def]
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
     """A failed write (read-only folder, full disk, lost mount) becomes one clear line naming the path."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageBillingError(f"cannot write {exc.filename or path}: {exc.strerror or exc}") from None
+
+
+def _io_errors(fn):  # type: ignore[no-untyped-def]
+    """``_writing`` around a function whose first argument is the path it writes."""
 
     @functools.wraps(fn)
     def wrapper(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        try:
+        with _writing(path):
             return fn(path, *args, **kwargs)
-        except OSError as exc:
-            where = exc.filename or path
-            raise UsageBillingError(f"cannot write {where}: {exc.strerror or exc}") from None
 
     return wrapper
 
@@ -114,21 +121,20 @@ DICTIONARY_COLUMNS = (
 )
 
 
+def _parquet_options(names: list[str]) -> dict:
+    return {"compression": "zstd", "use_dictionary": [c for c in DICTIONARY_COLUMNS if c in names]}
+
+
+@_io_errors
 def write_parquet(path: str, table: pa.Table) -> None:
-    options = {
-        "compression": "zstd",
-        "use_dictionary": [c for c in DICTIONARY_COLUMNS if c in table.column_names],
-    }
-    try:
-        if is_local(path):
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            pq.write_table(table, path, **options)
-            faults.checkpoint("lake.write")
-        else:
-            with FileSystems.create(path) as handle:
-                pq.write_table(table, handle, **options)
-    except OSError as exc:
-        raise UsageBillingError(f"cannot write {path}: {exc.strerror or exc}") from None
+    options = _parquet_options(table.column_names)
+    if is_local(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        pq.write_table(table, path, **options)
+        faults.checkpoint("lake.write")
+    else:
+        with FileSystems.create(path) as handle:
+            pq.write_table(table, handle, **options)
 
 
 class ParquetAppender:
@@ -138,35 +144,24 @@ class ParquetAppender:
     def __init__(self, path: str, schema: pa.Schema) -> None:
         self.path = path
         self._handle = None
-        try:
+        with _writing(path):
             if is_local(path):
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 sink: object = path
             else:
                 self._handle = FileSystems.create(path)
                 sink = self._handle
-            self._writer = pq.ParquetWriter(
-                sink,
-                schema,
-                compression="zstd",
-                use_dictionary=[c for c in DICTIONARY_COLUMNS if c in schema.names],
-            )
-        except OSError as exc:
-            raise UsageBillingError(f"cannot write {path}: {exc.strerror or exc}") from None
+            self._writer = pq.ParquetWriter(sink, schema, **_parquet_options(schema.names))
 
     def write(self, table: pa.Table) -> None:
-        try:
+        with _writing(self.path):
             self._writer.write_table(table)
-        except OSError as exc:
-            raise UsageBillingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
-        try:
+        with _writing(self.path):
             self._writer.close()
             if self._handle is not None:
                 self._handle.close()
-        except OSError as exc:
-            raise UsageBillingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
 
 def open_parquet(path: str) -> pq.ParquetFile:

@@ -32,15 +32,15 @@ def landing_ready(day: str) -> bool:
 def ingest_day(day: str) -> dict:
     """Ingest one landing date; returns the run id and every event date whose partition changed."""
     from pipelines import ingest
-    from pipelines.jobs import date_args, queued
+    from pipelines.jobs import date_args, with_queued
     from pipelines.warehouse import make_engine
 
     s = settings()
     result = ingest.run([*s.argv(), *date_args([dt.date.fromisoformat(day)])])
     engine = make_engine(s.database_url)
-    queue = queued(engine)  # dates an earlier run changed but did not take downstream
+    # with the dates an earlier run changed but did not take downstream
+    changed, queue = with_queued(engine, [dt.date.fromisoformat(day), *result.changed_dates])
     engine.dispose()
-    changed = sorted({dt.date.fromisoformat(day), *result.changed_dates, *(d for d, _ in queue)})
     return {
         "run_id": result.run_id,
         "dates": [d.isoformat() for d in changed],
