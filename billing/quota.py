@@ -233,33 +233,32 @@ def attach_accounts(events: pa.Table, accounts: pa.Table) -> pa.Table:
     ``accounts``: account_id, plan (null = pay as you go), timezone, active_from, active_until (null =
     open). An unknown account is metered in UTC with no plan: every token is overage.
     """
-    n = events.num_rows
-    rows = events.append_column("_row", pa.array(np.arange(n, dtype=np.int64)))
-    zones = (
-        accounts.group_by("account_id").aggregate([("timezone", "min")]).rename_columns(["account_id", "tz"])
-    )
-    with_tz = rows.select(["_row", "account_id", "event_time"]).join(
-        zones, "account_id", join_type="left outer"
-    )
-    with_tz = with_tz.sort_by("_row")
-    local = local_dates(with_tz["event_time"], pc.fill_null(with_tz["tz"], "UTC"))
-    keyed = pa.table(
-        {
-            "_row": with_tz["_row"],
-            "account_id": with_tz["account_id"],
-            "local_day": pa.array(local).cast(pa.date32()),
-        }
-    )
-    periods = accounts.select(["account_id", "plan", "active_from", "active_until"])
-    matched = keyed.join(periods, "account_id", join_type="inner")
-    in_force = pc.and_(
-        pc.greater_equal(matched["local_day"], matched["active_from"]),
-        pc.fill_null(pc.less_equal(matched["local_day"], matched["active_until"]), True),
-    )
-    plans = matched.filter(in_force).select(["_row", "plan"])
-    out = keyed.join(plans, "_row", join_type="left outer").sort_by("_row")
-    return events.append_column("local_day", out["local_day"]).append_column(
-        "plan", out["plan"].cast(pa.string())
+    rows = accounts.sort_by([("account_id", "ascending"), ("active_from", "ascending")])
+    row_account = rows["account_id"].combine_chunks()
+    ids = pc.unique(row_account)  # sorted, so each account's rows are a run in row order
+    row_code = pc.index_in(row_account, value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    code = pc.index_in(events["account_id"], value_set=ids)  # null: an unknown account
+    known = np.asarray(code.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    code = pc.fill_null(code, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    # One timezone per account (the first in name order, should its rows disagree); unknown = UTC.
+    zones = accounts.group_by("account_id").aggregate([("timezone", "min")])
+    zones = zones["timezone_min"].take(pc.sort_indices(pc.index_in(zones["account_id"], value_set=ids)))
+    zone = pc.if_else(pa.array(known), zones.take(pa.array(code)), pa.scalar(None, pa.string()))
+    local = local_dates(events["event_time"], pc.fill_null(zone, "UTC"))
+    # The plan in force: the account's last row starting on or before the local day, if it has not
+    # ended (rows of one account never overlap). One search over (account, date) keys.
+    day = (local - EPOCH).astype(np.int64)
+    start = rows["active_from"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
+    start = (start - EPOCH).astype(np.int64)
+    until = rows["active_until"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
+    until = np.where(np.isnat(until), np.iinfo(np.int64).max, (until - EPOCH).astype(np.int64))
+    span = 1 << 32
+    row = np.searchsorted(row_code * span + start, code * span + day, side="right") - 1
+    at = np.clip(row, 0, None)
+    in_force = known & (row >= 0) & (row_code[at] == code) & (day <= until[at]) if len(rows) else known
+    plan = rows["plan"].cast(pa.string()).take(pa.array(at, mask=~in_force)) if len(rows) else None
+    return events.append_column("local_day", pa.array(local).cast(pa.date32())).append_column(
+        "plan", plan if plan is not None else pa.nulls(events.num_rows, pa.string())
     )
 
 

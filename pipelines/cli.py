@@ -266,9 +266,11 @@ def quota_meter(
 
     s = _settings(ctx)
     argv = [*s.argv(), *_dates_argv(date, start, end), *(["--month", month] if month else []), *ctx.args]
+    seconds: dict[str, float] = {}
     with _step("metering quota pools"):
-        counts = meter.run(argv)
+        counts = meter.run(argv, seconds)
     out.print(", ".join(f"{name}: {n:,} rows" for name, n in counts.items()))
+    out.print(f"Beam pipeline {seconds['pipeline']:.1f} s, warehouse load {seconds['load']:.1f} s")
 
 
 @quota_app.command("show")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import time
 import uuid
 
 import apache_beam as beam
@@ -178,30 +179,33 @@ def billable_rows(
     utc_day = pc.cast(events["event_time"], pa.date32()).to_numpy().astype("datetime64[D]")
     rate = rate_from(catalog, events["model"], events["speed_tier"], utc_day)
     rate_key = np.where(np.isnat(rate), -1, rate.astype(np.int64))
-    parts = []
-    for k, kind in enumerate(TOKEN_KINDS):
-        parts.append(
-            pa.table(
-                {
-                    "account_id": events["account_id"],
-                    "model": events["model"],
-                    "speed_tier": events["speed_tier"],
-                    "local_day": events["local_day"],
-                    "token_kind": pa.array([kind] * events.num_rows, pa.string()),
-                    "included_tokens": pa.array(included[:, k]),
-                    "overage_tokens": pa.array(overage[:, k]),
-                    "rate_key": pa.array(rate_key),
-                    "rate_day": pa.array(utc_day),
-                }
-            ).filter(keep)
-        )
-    rows = pa.concat_tables(parts)
-    keys = ["account_id", "model", "speed_tier", "local_day", "token_kind", "rate_key"]
-    g = rows.group_by(keys, use_threads=False).aggregate(
-        [("included_tokens", "sum"), ("overage_tokens", "sum"), ("rate_day", "min")]
+    # Sum per event group first (six token columns), then one row per token kind: a third of the rows
+    # through the group_by.
+    keys = ["account_id", "model", "speed_tier", "local_day", "rate_key"]
+    columns = {k: events[k] for k in keys[:-1]}
+    columns |= {"rate_key": pa.array(rate_key), "rate_day": pa.array(utc_day)}
+    for k in range(len(TOKEN_KINDS)):
+        columns |= {f"included_{k}": pa.array(included[:, k]), f"overage_{k}": pa.array(overage[:, k])}
+    sums = [c for c in columns if c.startswith(("included_", "overage_"))]
+    g = (
+        pa.table(columns)
+        .filter(keep)
+        .group_by(keys, use_threads=False)
+        .aggregate([(c, "sum") for c in sums] + [("rate_day", "min")])
     )
-    g = g.drop_columns(["rate_key"])
-    return g.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in g.column_names])
+    parts = [
+        pa.table(
+            {
+                **{c: g[c] for c in keys[:-1]},
+                "token_kind": pa.repeat(pa.scalar(kind, pa.string()), g.num_rows),
+                "included_tokens": g[f"included_{k}_sum"],
+                "overage_tokens": g[f"overage_{k}_sum"],
+                "rate_day": g["rate_day_min"],
+            }
+        )
+        for k, kind in enumerate(TOKEN_KINDS)
+    ]
+    return pa.concat_tables(parts)
 
 
 def metered_days(events: pa.Table, included: np.ndarray, overage: np.ndarray, keep: pa.Array) -> pa.Table:
@@ -270,15 +274,16 @@ def _staged(stage: str, name: str) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
-def run(argv: list[str] | None = None) -> dict[str, int]:
-    """Meter the local dates; returns row counts loaded."""
+def run(argv: list[str] | None = None, seconds: dict[str, float] | None = None) -> dict[str, int]:
+    """Meter the local dates; returns row counts loaded. ``seconds``, if given, receives the wall
+    time of the Beam pipeline ("pipeline") and of the warehouse load and lake commit ("load")."""
     options = pipeline_options(argv)
     opts = options.view_as(MeterOptions)
     with database_lock(opts.database_url, "quota meter"):
-        return _run(options, opts)
+        return _run(options, opts, {} if seconds is None else seconds)
 
 
-def _run(options, opts: MeterOptions) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, int]:  # type: ignore[no-untyped-def]
     dates = meter_dates(opts)
     first, last = dates[0], dates[-1]
     catalog = load_catalog(opts.config)
@@ -294,12 +299,15 @@ def _run(options, opts: MeterOptions) -> dict[str, int]:  # type: ignore[no-unty
     try:
         files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
         units = lake.row_groups(files)
+        began = time.perf_counter()
         with make_pipeline(options) as p:
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units)
                 | "MeterQuota" >> MeterQuota(catalog, accounts, first, last, stage, shard_count(units))
             )
+        seconds["pipeline"] = time.perf_counter() - began
+        began = time.perf_counter()
         billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
         if days is not None:
             days = sum_by(days, ["local_day", "utc_day"])
@@ -319,6 +327,7 @@ def _run(options, opts: MeterOptions) -> dict[str, int]:  # type: ignore[no-unty
             if pools is not None:
                 insert_arrow(conn, pt, pools)
         allocations = _commit_allocations(opts.lake, stage, run_id, dates)
+        seconds["load"] = time.perf_counter() - began
     finally:
         lake.discard(stage)
         engine.dispose()

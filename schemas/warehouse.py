@@ -19,6 +19,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     Numeric,
+    PrimaryKeyConstraint,
     String,
     UniqueConstraint,
 )
@@ -204,16 +205,17 @@ class BillableUsage(Base):
     """Tokens per account, model, speed tier, account-local day and token kind: included or overage."""
 
     __tablename__ = "billable_usage"
-
-    account_id: Mapped[str] = mapped_column(primary_key=True)
-    model: Mapped[str] = mapped_column(String(100), primary_key=True)
-    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
-    local_day: Mapped[dt.date] = mapped_column(primary_key=True, index=True, comment="account-local date")
-    token_kind: Mapped[str] = mapped_column(
-        String(16), primary_key=True, comment="input | cached_input | output"
+    # Keyed by local day first: every read and replace selects a range of local days.
+    __table_args__ = (
+        PrimaryKeyConstraint("local_day", "account_id", "model", "speed_tier", "token_kind", "rate_day"),
     )
+
+    account_id: Mapped[str]
+    model: Mapped[str] = mapped_column(String(100))
+    speed_tier: Mapped[str] = mapped_column(String(16))
+    local_day: Mapped[dt.date] = mapped_column(comment="account-local date")
+    token_kind: Mapped[str] = mapped_column(String(16), comment="input | cached_input | output")
     rate_day: Mapped[dt.date] = mapped_column(
-        primary_key=True,
         comment="UTC date of the row's first event: the day its price is looked up on",
     )
     included_tokens: Mapped[int]
