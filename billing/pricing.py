@@ -44,9 +44,14 @@ def rate_from(catalog: Catalog, model: pa.Array, tier: pa.Array, utc_day: np.nda
     cards: dict[tuple[str, str], list[dt.date]] = {}
     for price in catalog.prices:
         cards.setdefault((price.model, price.tier), []).append(price.effective_from)
-    for (m, t), starts in cards.items():
-        mask = pc.and_(pc.equal(model, m), pc.equal(tier, t))
-        rows = np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))
+    if not cards:
+        return out
+    # One hash lookup per event for its (model, tier) card, then integer masks per card.
+    key = pc.binary_join_element_wise(model, tier, "\x1f")
+    names = pa.array([f"{m}\x1f{t}" for m, t in cards], pa.string())
+    card = pc.fill_null(pc.index_in(key, value_set=names), -1).to_numpy(zero_copy_only=False)
+    for c, starts in enumerate(cards.values()):
+        rows = np.flatnonzero(card == c)
         if not len(rows):
             continue
         effective = np.array(sorted(starts), dtype="datetime64[D]")

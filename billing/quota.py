@@ -101,41 +101,47 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
     local date). An event without a plan draws from no pool.
     """
     n = events.num_rows
+    # Accounts by code (their names in sorted order), so the sort compares integers first.
+    accounts = pc.unique(events["account_id"])
+    accounts = accounts.take(pc.sort_indices(accounts))
+    codes = pc.index_in(events["account_id"], value_set=accounts)
+    keyed = pa.table({"account": codes, "time": events["event_time"], "id": events["event_id"]})
     order = pc.sort_indices(
-        events, [("account_id", "ascending"), ("event_time", "ascending"), ("event_id", "ascending")]
+        keyed, [("account", "ascending"), ("time", "ascending"), ("id", "ascending")]
     ).to_numpy()
-    ev = events.take(pa.array(order))
-    account = ev["account_id"].combine_chunks()
-    account_code = pc.dictionary_encode(account).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    day = ev["local_day"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
+    # Everything below is numpy in (account, time, id) order: per-row tests run on the input's
+    # columns and are permuted, no string column is reordered.
+    account_code = codes.to_numpy(zero_copy_only=False).astype(np.int64)[order]
+    day = events["local_day"].to_numpy().astype("datetime64[D]")[order]
     kinds = np.stack(
         [
-            (pc.subtract(ev["input_tokens"], ev["cached_input_tokens"])).to_numpy(zero_copy_only=False),
-            ev["cached_input_tokens"].to_numpy(zero_copy_only=False),
-            ev["output_tokens"].to_numpy(zero_copy_only=False),
+            pc.subtract(events["input_tokens"], events["cached_input_tokens"]).to_numpy(),
+            events["cached_input_tokens"].to_numpy(),
+            events["output_tokens"].to_numpy(),
         ],
         axis=1,
-    ).astype(np.int64)
+    ).astype(np.int64)[order]
     demand = kinds.sum(axis=1)
     remaining = demand.copy()
-    plan_col = pc.fill_null(ev["plan"], "").combine_chunks()
-    times = ev["event_time"].combine_chunks()
+    plan_col = pc.fill_null(events["plan"], "")
+    models = events["model"]
+    times = events["event_time"]
     draw_parts: list[pa.Table] = []
     pool_parts: list[pa.Table] = []
     for plan in catalog.plans:
-        in_plan = np.asarray(pc.equal(plan_col, plan.id).to_numpy(zero_copy_only=False), dtype=bool)
+        in_plan = _mask(pc.equal(plan_col, plan.id))[order]
         if not in_plan.any():
             continue
         for pool in plan.pools_in_draw_order():
-            models = ev["model"]
             covers = (
-                pa.array(np.ones(n, bool))
+                np.ones(n, bool)
                 if "*" in pool.models
-                else pc.is_in(models, value_set=pa.array(pool.models, pa.string()))
+                else _mask(pc.is_in(models, value_set=pa.array(pool.models, pa.string())))[order]
             )
             if pool.exclude_models:
-                covers = pc.and_(covers, pc.invert(pc.is_in(models, value_set=pa.array(pool.exclude_models))))
-            pos = np.flatnonzero(in_plan & np.asarray(covers.to_numpy(zero_copy_only=False), dtype=bool))
+                excluded = pc.is_in(models, value_set=pa.array(pool.exclude_models, pa.string()))
+                covers = covers & ~_mask(excluded)[order]
+            pos = np.flatnonzero(in_plan & covers)
             if len(pos) == 0:
                 continue
             starts = period_start(day[pos], pool.period)
@@ -154,8 +160,8 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
                 pa.table(
                     {
                         "event_index": order[pos[drew]],
-                        "plan": pa.array([plan.id] * int(drew.sum()), pa.string()),
-                        "pool": pa.array([pool.id] * int(drew.sum()), pa.string()),
+                        "plan": _repeat(plan.id, int(drew.sum())),
+                        "pool": _repeat(pool.id, int(drew.sum())),
                         "period_start": starts[drew].astype("datetime64[D]"),
                         "tokens": covered[drew],
                     }
@@ -170,16 +176,16 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
             first_full[seg[full_idx][first_of_key]] = full_idx[first_of_key]
             exhausted = pc.if_else(
                 pa.array(first_full >= 0),
-                times.take(pa.array(pos[np.maximum(first_full, 0)])),
+                times.take(pa.array(order[pos[np.maximum(first_full, 0)]])),
                 pa.nulls(len(key_pos), pa.timestamp("us", tz="UTC")),
             )
             key_starts = starts[new_key]
             pool_parts.append(
                 pa.table(
                     {
-                        "account_id": account.take(pa.array(key_pos)),
-                        "plan": pa.array([plan.id] * len(key_pos), pa.string()),
-                        "pool": pa.array([pool.id] * len(key_pos), pa.string()),
+                        "account_id": accounts.take(pa.array(account_code[key_pos])),
+                        "plan": _repeat(plan.id, len(key_pos)),
+                        "pool": _repeat(pool.id, len(key_pos)),
                         "period_start": key_starts,
                         "period_end": period_end(key_starts, pool.period),
                         "allowance": np.full(len(key_pos), allowance, np.int64),
@@ -197,6 +203,14 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
     draws = pa.concat_tables(draw_parts) if draw_parts else _empty_draws()
     pools = pa.concat_tables(pool_parts) if pool_parts else _empty_pools()
     return Allocation(included, overage, draws, pools)
+
+
+def _repeat(value: str, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, pa.string()), n)
+
+
+def _mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _empty_draws() -> pa.Table:
