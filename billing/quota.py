@@ -247,6 +247,11 @@ def attach_accounts(events: pa.Table, accounts: pa.Table) -> pa.Table:
     ``accounts``: account_id, plan (null = pay as you go), timezone, active_from, active_until (null =
     open). An unknown account is metered in UTC with no plan: every token is overage.
     """
+    if accounts.num_rows == 0:
+        local = local_dates(events["event_time"], pa.repeat(pa.scalar("UTC"), events.num_rows))
+        return events.append_column("local_day", pa.array(local).cast(pa.date32())).append_column(
+            "plan", pa.nulls(events.num_rows, pa.string())
+        )
     rows = accounts.sort_by([("account_id", "ascending"), ("active_from", "ascending")])
     row_account = rows["account_id"].combine_chunks()
     ids = pc.unique(row_account)  # sorted, so each account's rows are a run in row order
@@ -269,11 +274,9 @@ def attach_accounts(events: pa.Table, accounts: pa.Table) -> pa.Table:
     span = 1 << 32
     row = np.searchsorted(row_code * span + start, code * span + day, side="right") - 1
     at = np.clip(row, 0, None)
-    in_force = known & (row >= 0) & (row_code[at] == code) & (day <= until[at]) if len(rows) else known
-    plan = rows["plan"].cast(pa.string()).take(pa.array(at, mask=~in_force)) if len(rows) else None
-    return events.append_column("local_day", pa.array(local).cast(pa.date32())).append_column(
-        "plan", plan if plan is not None else pa.nulls(events.num_rows, pa.string())
-    )
+    in_force = known & (row >= 0) & (row_code[at] == code) & (day <= until[at])
+    plan = rows["plan"].cast(pa.string()).take(pa.array(at, mask=~in_force))
+    return events.append_column("local_day", pa.array(local).cast(pa.date32())).append_column("plan", plan)
 
 
 def own_pool_models(catalog: Catalog) -> list[str]:

@@ -38,10 +38,7 @@ COMPACT_EVERY = 4  # partials a day's accumulator holds before re-summing (bound
 ALL_TIERS = "*"
 
 
-class AggregateOptions(CommonOptions):
-    @classmethod
-    def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
-        parser.add_argument("--run_id", default=None)
+AggregateOptions = CommonOptions
 
 
 class PartialUsageByDay(beam.DoFn):

@@ -18,6 +18,10 @@ MAX_RANGE_DAYS = 800
 
 
 class CommonOptions(PipelineOptions):
+    """Options of every step. A step's own options class lists PipelineOptions as a base too: Beam
+    collects the options it knows from PipelineOptions' direct subclasses only, and warns that it
+    discards any other flag (``--shards``, ``--month``) even though the step reads it."""
+
     @classmethod
     def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
         parser.add_argument("--config", default=DEFAULT_CONFIG, help="catalog TOML")
@@ -27,6 +31,7 @@ class CommonOptions(PipelineOptions):
         parser.add_argument("--date", default=None, help="one date, YYYY-MM-DD")
         parser.add_argument("--from", dest="from_date", default=None, help="first date of a range")
         parser.add_argument("--to", dest="to_date", default=None, help="last date of a range")
+        parser.add_argument("--run_id", default=None, help="id of this run (default: generated)")
 
 
 def pipeline_options(argv: list[str] | None) -> PipelineOptions:

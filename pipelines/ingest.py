@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import Engine, delete, insert
 
 from pipelines import faults, lake
@@ -55,10 +56,9 @@ from schemas.warehouse import IngestRun, RecomputeQueue
 log = logging.getLogger(__name__)
 
 
-class IngestOptions(CommonOptions):
+class IngestOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
     @classmethod
     def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
-        parser.add_argument("--run_id", default=None, help="id of this run (default: generated)")
         parser.add_argument("--shards", type=int, default=None, help="dedup shards (fixed at lake creation)")
         parser.add_argument("--lateness_days", type=int, default=35, help="oldest accepted event, in days")
         parser.add_argument("--max_tokens_per_event", type=int, default=10_000_000)

@@ -25,6 +25,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import and_, delete, select
 
 from billing.pricing import rate_from
@@ -52,11 +53,10 @@ COLUMNS = [
 ]
 
 
-class MeterOptions(CommonOptions):
+class MeterOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
     @classmethod
     def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
         parser.add_argument("--month", default=None, help="a whole month, YYYY-MM")
-        parser.add_argument("--run_id", default=None)
 
 
 def meter_dates(opts: MeterOptions) -> list[dt.date]:

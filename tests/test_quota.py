@@ -337,6 +337,35 @@ def test_attach_accounts_gives_local_day_and_the_plan_in_force():
     ]
 
 
+def test_attach_accounts_without_any_account_meters_in_utc_without_a_plan():
+    from billing.quota import attach_accounts
+
+    events = pa.table(
+        {
+            "account_id": ["h", "k"],
+            "event_time": pa.array(
+                [
+                    dt.datetime(2026, 3, 15, 23, 30, tzinfo=dt.UTC),
+                    dt.datetime(2026, 3, 16, 0, 0, tzinfo=dt.UTC),
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    none = pa.table(
+        {
+            "account_id": pa.array([], pa.string()),
+            "plan": pa.array([], pa.string()),
+            "timezone": pa.array([], pa.string()),
+            "active_from": pa.array([], pa.date32()),
+            "active_until": pa.array([], pa.date32()),
+        }
+    )
+    out = attach_accounts(events, none)
+    assert out["local_day"].to_pylist() == [dt.date(2026, 3, 15), dt.date(2026, 3, 16)]
+    assert out["plan"].to_pylist() == [None, None] and out["plan"].type == pa.string()
+
+
 def test_backup_tank_share_counts_use_after_the_main_pool_ran_out():
     from billing.quota import backup_tank_weekly, own_pool_models
 
