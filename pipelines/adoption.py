@@ -162,6 +162,26 @@ def weekly_metrics(
     share = pc.divide(pc.cast(base["tokens"], pa.float64()), pc.cast(base["platform_tokens"], pa.float64()))
     base = base.append_column("token_share", share).drop_columns(["platform_tokens"])
     counts, _ = _lifecycle(aw, weeks)
+    # Every week of the window for every (model, tier) active in any of them: a week in which a
+    # model lost its last accounts is a row of zero active accounts (and its dormant count), not a gap.
+    pairs = aw.select(["model", "speed_tier"]).group_by(["model", "speed_tier"]).aggregate([])
+    grid = (
+        pa.concat_tables(
+            [
+                pairs.append_column("week_start", pa.repeat(pa.scalar(w, pa.date32()), pairs.num_rows))
+                for w in weeks
+            ]
+        )
+        if weeks
+        else pairs.append_column("week_start", pa.array([], pa.date32()))
+    )
+    base = grid.select(keys).join(base, keys, join_type="left outer")
+    zero = {"active_accounts": 0, "requests": 0, "tokens": 0, "heavy_accounts": 0, "token_share": 0.0}
+    for column, value in zero.items():
+        i = base.schema.get_field_index(column)
+        base = base.set_column(
+            i, column, pc.fill_null(base[column], pa.scalar(value, base.schema.field(i).type))
+        )
     for kind in ("new", "returning", "resurrected", "dormant"):
         part = counts.filter(pc.equal(counts["kind"], kind)).drop_columns(["kind"])
         part = part.rename_columns([*keys, f"{kind}_accounts"])
@@ -169,8 +189,6 @@ def weekly_metrics(
         base = base.set_column(
             base.num_columns - 1, f"{kind}_accounts", pc.fill_null(base[f"{kind}_accounts"], 0)
         )
-    # A model with no active account in a week has no row that week, so its dormant count for that
-    # week is not stored (the detector reads such weeks as zero accounts).
     ratio = pc.divide(
         pc.cast(pc.add(base["new_accounts"], base["resurrected_accounts"]), pa.float64()),
         pc.cast(base["dormant_accounts"], pa.float64()),

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from sqlalchemy import select, text
 
@@ -55,6 +56,27 @@ def test_complete_weeks_need_all_seven_days_up_to_the_as_of_date():
     days = pa.array([dt.date(2026, 6, 1) + dt.timedelta(days=i) for i in range(16)], pa.date32())
     assert adoption.complete_weeks(days, dt.date(2026, 6, 16)) == [dt.date(2026, 6, 1), dt.date(2026, 6, 8)]
     assert adoption.complete_weeks(days, dt.date(2026, 6, 13)) == [dt.date(2026, 6, 1)]
+
+
+def test_a_model_whose_last_accounts_left_has_zero_rows_not_gaps(catalog):
+    """Week 1: two accounts on "fast", one on "main"; week 2: only "main"; week 3: only "main"."""
+    weeks = [dt.date(2026, 6, 1), dt.date(2026, 6, 8), dt.date(2026, 6, 15)]
+    rows = [(weeks[0], "a", "fast"), (weeks[0], "b", "fast")] + [(w, "c", "main") for w in weeks]
+    usage = pa.Table.from_pylist(
+        [
+            {"day": d, "account_id": a, "model": m, "speed_tier": "standard", "requests": 10}
+            | {"input_tokens": 100, "output_tokens": 50}
+            for d, a, m in rows
+        ],
+        schema=adoption.USAGE_SCHEMA,
+    )
+    out = adoption.weekly_metrics(usage, weeks, catalog.adoption, set())
+    fast = [r for r in out.to_pylist() if r["model"] == "fast" and r["speed_tier"] == "*"]
+    got = [(r["week_start"], r["active_accounts"], r["dormant_accounts"], r["tokens"]) for r in fast]
+    assert got == [(weeks[0], 2, 0, 300), (weeks[1], 0, 2, 0), (weeks[2], 0, 0, 0)]
+    assert [r["quick_ratio"] for r in fast] == [None, 0.0, None]
+    assert out.num_rows == 2 * 2 * 3  # (fast, main) x (standard, *) x 3 weeks
+    assert pc.sum(out["tokens"]).as_py() == 2 * len(rows) * 150  # once per tier, once for all tiers
 
 
 def test_lifecycle_counts_add_up_week_to_week(adoption_db, catalog):
