@@ -124,13 +124,11 @@ class ExistingShard(Protocol):
 
     def rows(self, day: dt.date, event_ids: pa.Array) -> pa.Table: ...  # LAKE_SCHEMA rows with those ids
 
-    def full(self, day: dt.date) -> pa.Table | None: ...  # the whole shard file of that day
-
 
 @dataclass
 class ShardResult:
-    writes: dict[dt.date, pa.Table]  # event date -> new full content of the shard file (LAKE_SCHEMA)
-    write_hashes: dict[dt.date, np.ndarray]  # event date -> its sorted id hashes (the index sidecar)
+    writes: dict[dt.date, pa.Table]  # event date -> rows to append to its shard file (LAKE_SCHEMA)
+    write_hashes: dict[dt.date, np.ndarray]  # event date -> those rows' id hashes, sorted
     new_clean: pa.Table  # rows this run added (LAKE_SCHEMA)
     duplicates: pa.Table  # identical copies seen in this run (_landing_date per row)
     conflicts: pa.Table = field(default_factory=QUARANTINE_SCHEMA.empty_table)
@@ -277,10 +275,6 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
             rows = lake_rows_of_new if on_day is None else lake_rows_of_new.filter(pa.array(on_day))
             day_hashes = new_hashes if on_day is None else new_hashes[on_day]
             fresh.append(rows)
-            current = existing.full(day.item())
-            if current is not None:
-                rows = pa.concat_tables([current.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA), rows])
-                day_hashes = np.concatenate([existing.hashes(day.item()), day_hashes])
             writes[day.item()] = rows
             write_hashes[day.item()] = np.sort(day_hashes)
 

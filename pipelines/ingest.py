@@ -177,8 +177,7 @@ def index_file(shard: int) -> str:
 
 class LakeShard:
     """One shard of the lake in the dedup window. ``sub`` narrows it to one sub-shard of a run (the
-    ExistingShard that dedup_shard reads); the run writes the shard's existing rows itself, so
-    ``full`` is None here."""
+    ExistingShard that dedup_shard reads)."""
 
     def __init__(self, lake_root: str, shard: int, window: list[dt.date]) -> None:
         self.lake_root, self.shard = lake_root, shard
@@ -213,9 +212,6 @@ class LakeShard:
     def rows(self, day: dt.date, event_ids: pa.Array) -> pa.Table:
         table = lake.read_parquet(self.path(day))
         return table.filter(pa.compute.is_in(table["event_id"], value_set=event_ids))
-
-    def full(self, day: dt.date) -> pa.Table | None:
-        return None
 
 
 class DedupAndStage(beam.DoFn):

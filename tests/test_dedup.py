@@ -55,11 +55,10 @@ class MemoryShard:
         t = self.files[day]
         return t.filter(pc.is_in(t["event_id"], value_set=event_ids))
 
-    def full(self, day):  # type: ignore[no-untyped-def]
-        return self.files.get(day)
-
     def commit(self, result) -> None:  # type: ignore[no-untyped-def]
-        self.files.update(result.writes)
+        """Append each date's new rows to its file, as the ingest's staged shard files do."""
+        for day, rows in result.writes.items():
+            self.files[day] = pa.concat_tables([self.files[day], rows]) if day in self.files else rows
 
 
 def test_hash_is_stable_across_runs_and_spreads_ids():
@@ -116,7 +115,9 @@ def test_rows_already_in_the_lake_win_and_a_replay_changes_nothing():
     assert replay.writes == {} and replay.new_clean.num_rows == 0 and replay.duplicates.num_rows == 2
     more = dedup_shard([_rows(["b", "c"], landing=dt.date(2026, 3, 3))], lake)
     assert more.new_clean["event_id"].to_pylist() == ["c"]
-    assert sorted(more.writes[dt.date(2026, 3, 1)]["event_id"].to_pylist()) == ["a", "b", "c"]
+    assert more.writes[dt.date(2026, 3, 1)]["event_id"].to_pylist() == ["c"]  # appended, not rewritten
+    lake.commit(more)
+    assert sorted(lake.files[dt.date(2026, 3, 1)]["event_id"].to_pylist()) == ["a", "b", "c"]
 
 
 def test_a_conflicting_copy_with_another_event_date_is_caught():
