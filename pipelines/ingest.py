@@ -1,7 +1,7 @@
 """Ingest: landing files -> validated, deduplicated lake partitions, plus quarantine and run counts.
 
     usage-billing events ingest --date 2026-03-02
-    usage-billing events ingest --from 2026-02-01 --to 2026-02-28 \
+    usage-billing events ingest --from 2026-02-01 --to 2026-02-28 \\
         -- --direct_running_mode=multi_threading --direct_num_workers=2
 
 Elements are Arrow tables: one per Parquet row group or JSON chunk, regrouped by (event date, dedup
