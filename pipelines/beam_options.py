@@ -1,10 +1,12 @@
 """Pipeline options shared by every pipeline: where things live and which dates to process.
 
 Unknown flags pass through to Beam, so ``--runner`` and the runner's own flags just work; without a
-``--runner`` the in-process FnApiRunner is used (plain DirectRunner would try to download Prism),
-with one thread per core up to ``DEFAULT_THREADS`` unless a ``--direct_...`` flag says otherwise:
-the heavy work is in Arrow and numpy, which release the GIL (benchmarks/RESULTS.md: 1.6x for a
-Parquet ingest on two cores, without the start-up of worker processes).
+``--runner`` the in-process FnApiRunner is used (plain DirectRunner would try to download Prism).
+Ingest and metering run it with one thread per core (up to ``DEFAULT_THREADS``) unless a
+``--direct_...`` flag says otherwise: their heavy work is in Arrow and numpy, which release the GIL
+(benchmarks/RESULTS.md: 1.5x for a Parquet ingest on two cores, 1.3x for metering, without the
+start-up of worker processes). Aggregation stays on one thread: a second one bought it 1.2x for
+80% more memory, past its 1 GB budget at 50M events.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ class CommonOptions(PipelineOptions):
         parser.add_argument("--run_id", default=None, help="id of this run (default: generated)")
 
 
-def pipeline_options(argv: list[str] | None) -> PipelineOptions:
+def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineOptions:
+    """Beam options from ``argv``; ``threads``: a step whose default is a thread per core."""
     flags = list(argv or [])
     if not any(f == "--runner" or f.startswith("--runner=") for f in flags):
         flags.append(f"--runner={DEFAULT_RUNNER}")
-        if not any(f.startswith("--direct_") for f in flags):
+        if threads and not any(f.startswith("--direct_") for f in flags):
             threads = max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
             flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={threads}"]
     return PipelineOptions(flags)
