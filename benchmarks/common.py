@@ -73,7 +73,7 @@ def write_section(title: str, body: str) -> None:
     if header in text:
         start = text.index(header)
         end = text.find("\n## ", start + len(header))
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
+        text = text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
     else:
         text = text.rstrip() + "\n\n" + section
     RESULTS.write_text(text)
