@@ -171,6 +171,8 @@ def main() -> None:
     small, large = sizes[1], sizes[-1]
     default = "1 thread (default)"
     rss_small, rss_large = results[small][default][1], results[large][default][1]
+    threads = results[large]["2 threads"]
+    memory_x, speed_x = threads[1] / rss_large, results[large][default][0] / threads[0]
     body = "\n".join(rows)
     write_section(
         "Daily usage aggregation (issue 4)",
@@ -188,7 +190,7 @@ Data: exactly the stated number of generator events, over up to {DAYS} days, 5,0
 - Throughput vs the naive one-dict-per-event pipeline: {best[large] / naive_eps:.0f}x (target: at least 50x).
 - Peak RSS (the default, one thread): {rss_small:,.0f} MB at {small:,} and {rss_large:,.0f} MB at {large:,} events,
   {100 * (rss_large / rss_small - 1):+.0f}% (targets: under 1 GB; under +25%).
-- Two threads hold two row groups' work at once (about 1.8x the memory at 50M for 1.2x the speed);
+- Two threads hold two row groups' work at once ({memory_x:.1f}x the memory at {large:,} for {speed_x:.2f}x the speed);
   two worker processes each hold their own Beam and Arrow runtime.
 - This pipeline also loads usage_daily, usage_daily_errors, model_daily and model_weekly_accounts into
   SQLite in one transaction; DuckDB writes its results to Parquet. Wall includes process start-up.

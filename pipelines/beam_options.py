@@ -5,8 +5,8 @@ Unknown flags pass through to Beam, so ``--runner`` and the runner's own flags j
 Ingest and metering run it with one thread per core (up to ``DEFAULT_THREADS``) unless a
 ``--direct_...`` flag says otherwise: their heavy work is in Arrow and numpy, which release the GIL
 (benchmarks/RESULTS.md: 1.5x for a Parquet ingest on two cores, 1.3x for metering, without the
-start-up of worker processes). Aggregation stays on one thread: a second one bought it 1.2x for
-80% more memory, past its 1 GB budget at 50M events.
+start-up of worker processes). Aggregation stays on one thread: a second one bought it 1.3x for
+1.9x the memory, past its 1 GB budget at 50M events.
 """
 
 from __future__ import annotations
