@@ -257,7 +257,7 @@ def attach_accounts(events: pa.Table, accounts: pa.Table) -> pa.Table:
     ids = pc.unique(row_account)  # sorted, so each account's rows are a run in row order
     row_code = pc.index_in(row_account, value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
     code = pc.index_in(events["account_id"], value_set=ids)  # null: an unknown account
-    known = np.asarray(code.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    known = _mask(code.is_valid())
     code = pc.fill_null(code, 0).to_numpy(zero_copy_only=False).astype(np.int64)
     # One timezone per account (the first in name order, should its rows disagree); unknown = UTC.
     zones = accounts.group_by("account_id").aggregate([("timezone", "min")])

@@ -47,8 +47,8 @@ def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineO
     if not any(f == "--runner" or f.startswith("--runner=") for f in flags):
         flags.append(f"--runner={DEFAULT_RUNNER}")
         if threads and not any(f.startswith("--direct_") for f in flags):
-            threads = max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
-            flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={threads}"]
+            workers = max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
+            flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={workers}"]
     return PipelineOptions(flags)
 
 
