@@ -1,18 +1,16 @@
 """Pipeline options shared by every pipeline: where things live and which dates to process.
 
 Unknown flags pass through to Beam, so ``--runner`` and the runner's own flags just work; without a
-``--runner`` the in-process FnApiRunner is used (plain DirectRunner would try to download Prism).
-Ingest and metering run it with one thread per core (up to ``DEFAULT_THREADS``) unless a
-``--direct_...`` flag says otherwise: their heavy work is in Arrow and numpy, which release the GIL
-(benchmarks/RESULTS.md: 1.5x for a Parquet ingest on two cores, 1.3x for metering, without the
-start-up of worker processes). Aggregation stays on one thread: a second one bought it 1.3x for
-1.9x the memory, past its 1 GB budget at 50M events.
+``--runner`` the in-process FnApiRunner is used (plain DirectRunner would try to download Prism),
+on one thread. ``--direct_running_mode=multi_threading --direct_num_workers=2`` is faster for ingest
+(1.5x) and metering (1.3x) on two cores (benchmarks/RESULTS.md), but it is not the default: Beam's
+SDK harness prints the traceback of an error raised in a DoFn (a full disk, say) to stderr and the
+runner re-raises it as a RuntimeError, so a user error would no longer end as one line.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -20,7 +18,6 @@ from pipelines.errors import UsageBillingError
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
 
 DEFAULT_RUNNER = "FnApiRunner"
-DEFAULT_THREADS = 4
 MAX_RANGE_DAYS = 800
 
 
@@ -41,14 +38,10 @@ class CommonOptions(PipelineOptions):
         parser.add_argument("--run_id", default=None, help="id of this run (default: generated)")
 
 
-def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineOptions:
-    """Beam options from ``argv``; ``threads``: a step whose default is a thread per core."""
+def pipeline_options(argv: list[str] | None) -> PipelineOptions:
     flags = list(argv or [])
     if not any(f == "--runner" or f.startswith("--runner=") for f in flags):
         flags.append(f"--runner={DEFAULT_RUNNER}")
-        if threads and not any(f.startswith("--direct_") for f in flags):
-            workers = max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
-            flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={workers}"]
     return PipelineOptions(flags)
 
 

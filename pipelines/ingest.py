@@ -437,7 +437,7 @@ def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
 def run(argv: list[str] | None = None) -> IngestResult:
     """One ingest run, under the lake's ingest lock (one ingest per lake at a time: late events of two
     landing dates can rewrite the same past partition)."""
-    options = pipeline_options(argv, threads=True)
+    options = pipeline_options(argv)
     opts = options.view_as(IngestOptions)
     dates = date_range(opts)
     catalog = load_catalog(opts.config)

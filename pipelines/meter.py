@@ -277,7 +277,7 @@ def _staged(stage: str, name: str) -> pa.Table | None:
 def run(argv: list[str] | None = None, seconds: dict[str, float] | None = None) -> dict[str, int]:
     """Meter the local dates; returns row counts loaded. ``seconds``, if given, receives the wall
     time of the Beam pipeline ("pipeline") and of the warehouse load and lake commit ("load")."""
-    options = pipeline_options(argv, threads=True)
+    options = pipeline_options(argv)
     opts = options.view_as(MeterOptions)
     with database_lock(opts.database_url, "quota meter"):
         return _run(options, opts, {} if seconds is None else seconds)
