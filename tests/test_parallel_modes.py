@@ -24,8 +24,9 @@ TABLES = (UsageDaily, ModelDaily, BillableUsage, PoolUsage, MeteredDay)
 
 
 def _run_all(settings, catalog, flags: list[str]) -> None:  # type: ignore[no-untyped-def]
-    upgrade(make_engine(settings.database_url))
-    load_accounts(make_engine(settings.database_url), Path(settings.landing) / "accounts.csv", catalog)
+    engine = make_engine(settings.database_url)
+    upgrade(engine)
+    load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
     dates = date_args(small_dates())
     ingest.run([*settings.argv(), *dates, *flags])
     aggregate.run([*settings.argv(), *dates, *flags])
