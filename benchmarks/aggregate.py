@@ -25,7 +25,7 @@ from benchmarks.common import ROOT, cli, command_line, machine, run_duckdb, run_
 
 START = dt.date(2026, 4, 1)
 DAYS = 30
-MODES = {
+MODES = {  # aggregation's default is one thread (ingest and metering default to a thread per core)
     "1 thread (default)": [],
     "2 threads": ["--", "--direct_running_mode=multi_threading", "--direct_num_workers=2"],
     "2 worker processes": ["--", "--direct_running_mode=multi_processing", "--direct_num_workers=2"],

@@ -4,7 +4,7 @@
 
 For each size, the generator writes events straight into lake partitions (28 days, 5,000 accounts on
 the catalog's plans, several timezones), then `usage-billing quota meter --from .. --to ..` runs as
-a separate process, with one thread (the default), two threads and two worker processes: read the
+a separate process, with one thread, two threads (the default) and two worker processes: read the
 lake, attach plans and local days, shard by account, allocate every pool with cumulative sums, write
 the allocation records to the lake and load pool_usage, billable_usage and metered_days into SQLite. The reference
 (`tests/test_quota.py::reference`, one event at a time in plain Python) runs on a sample in memory.
@@ -29,9 +29,9 @@ from benchmarks.common import ROOT, cli, command_line, machine, run_measured, wr
 
 START = dt.date(2026, 3, 2)
 DAYS = 28
-MODES = {
-    "1 thread (default)": [],
-    "2 threads": ["--", "--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+MODES = {  # the default is one thread per core (up to 4): two threads here
+    "1 thread": ["--", "--direct_num_workers=1"],
+    "2 threads (default)": [],
     "2 worker processes": ["--", "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
 }
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from sqlalchemy import Connection, delete, distinct, func, insert, literal, select
 
 from pipelines import lake
-from pipelines.beam_options import CommonOptions, date_range, make_pipeline, pipeline_options
+from pipelines.beam_options import CommonOptions, date_range, pipeline_options, run_pipeline
 from pipelines.locks import database_lock, step_lock
 from pipelines.usage import (
     ERROR_SCHEMA,
@@ -184,7 +184,7 @@ def _run(options, opts: AggregateOptions) -> dict[dt.date, int]:  # type: ignore
     stage = lake.open_stage(opts.lake, run_id, "usage aggregate")
     try:
         units = lake_units(opts.lake, dates)
-        with make_pipeline(options) as p:
+        with run_pipeline(options) as p:
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units)

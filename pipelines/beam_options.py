@@ -1,23 +1,34 @@
 """Pipeline options shared by every pipeline: where things live and which dates to process.
 
 Unknown flags pass through to Beam, so ``--runner`` and the runner's own flags just work; without a
-``--runner`` the in-process FnApiRunner is used (plain DirectRunner would try to download Prism),
-on one thread. ``--direct_running_mode=multi_threading --direct_num_workers=2`` is faster for ingest
-(1.5x) and metering (1.3x) on two cores (benchmarks/RESULTS.md), but it is not the default: Beam's
-SDK harness prints the traceback of an error raised in a DoFn (a full disk, say) to stderr and the
-runner re-raises it as a RuntimeError, so a user error would no longer end as one line.
+``--runner`` the in-process FnApiRunner is used (plain DirectRunner would try to download Prism).
+Ingest and metering run it with one thread per core (up to ``DEFAULT_THREADS``) unless a
+``--direct_...`` flag says otherwise: their heavy work is in Arrow and numpy, which release the GIL
+(benchmarks/RESULTS.md: 1.5x for a Parquet ingest on two cores, 1.3x for metering, without the
+start-up of worker processes). Aggregation stays on one thread: a second one bought it 1.3x for
+1.9x the memory, past its 1 GB budget at 50M events.
+
+In threaded mode Beam's SDK harness catches an error raised in a DoFn, prints its traceback and logs
+it, and the runner raises a RuntimeError holding that traceback. ``run_pipeline`` keeps a user error
+(a full disk, say) what it is on one thread: no traceback printed, the same exception class and one
+line for the command line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
+import sys
+from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.errors import UsageBillingError
+from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
 
 DEFAULT_RUNNER = "FnApiRunner"
+DEFAULT_THREADS = 4
 MAX_RANGE_DAYS = 800
 
 
@@ -38,10 +49,14 @@ class CommonOptions(PipelineOptions):
         parser.add_argument("--run_id", default=None, help="id of this run (default: generated)")
 
 
-def pipeline_options(argv: list[str] | None) -> PipelineOptions:
+def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineOptions:
+    """Beam options from ``argv``; ``threads``: a step whose default is a thread per core."""
     flags = list(argv or [])
     if not any(f == "--runner" or f.startswith("--runner=") for f in flags):
         flags.append(f"--runner={DEFAULT_RUNNER}")
+        if threads and not any(f.startswith("--direct_") for f in flags):
+            workers = max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
+            flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={workers}"]
     return PipelineOptions(flags)
 
 
@@ -79,6 +94,41 @@ def make_pipeline(options: PipelineOptions):  # type: ignore[no-untyped-def]
         if "runner" in str(exc).lower():
             raise UsageBillingError(str(exc).split(". Valid values")[0]) from None
         raise
+
+
+# -- user errors raised inside a worker thread ------------------------------------------------
+def _harness_print(*args, file=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    """``print`` for Beam's SDK harness: it prints the traceback of a failed bundle to stderr before
+    reporting it to the runner; a user error's is left to ``run_pipeline``, anything else printed."""
+    if file is sys.stderr and args and isinstance(args[0], str) and user_error_in(args[0]) is not None:
+        return
+    print(*args, file=file, **kwargs)
+
+
+@contextlib.contextmanager
+def run_pipeline(options: PipelineOptions) -> Iterator:  # type: ignore[type-arg]
+    """``with run_pipeline(options) as p:`` builds a pipeline and runs it on leaving the block.
+
+    A user error raised in a DoFn comes out as that error whether the runner ran it on this thread or
+    in a worker thread (which reports it as a RuntimeError with the traceback as text).
+    """
+    from apache_beam.runners.worker import sdk_worker
+
+    sdk_worker.print = _harness_print  # type: ignore[attr-defined]  # module global shadows the builtin
+    pipeline = make_pipeline(options)
+    try:
+        with pipeline:
+            yield pipeline
+    except RuntimeError as exc:  # from a worker thread: the traceback as text
+        user = user_error_in(str(exc))
+        if user is None:
+            raise
+        raise user from None
+    except UsageBillingError as exc:  # from this thread, with the step Beam appended
+        message = without_step(str(exc))
+        if message == str(exc):
+            raise
+        raise type(exc)(message) from None
 
 
 # -- several outputs without tagged outputs ----------------------------------------------------

@@ -1,8 +1,7 @@
 """Ingest: landing files -> validated, deduplicated lake partitions, plus quarantine and run counts.
 
     usage-billing events ingest --date 2026-03-02
-    usage-billing events ingest --from 2026-02-01 --to 2026-02-28 \\
-        -- --direct_running_mode=multi_threading --direct_num_workers=2
+    usage-billing events ingest --from 2026-02-01 --to 2026-02-28 -- --direct_num_workers=1
 
 Elements are Arrow tables: one per Parquet row group or JSON chunk, regrouped by (event date, dedup
 shard). Every output file is written from ``process`` after a GroupByKey into the run's staging
@@ -33,8 +32,8 @@ from pipelines.beam_options import (
     STATS,
     CommonOptions,
     date_range,
-    make_pipeline,
     pipeline_options,
+    run_pipeline,
     split,
 )
 from pipelines.dedup import (
@@ -437,7 +436,7 @@ def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
 def run(argv: list[str] | None = None) -> IngestResult:
     """One ingest run, under the lake's ingest lock (one ingest per lake at a time: late events of two
     landing dates can rewrite the same past partition)."""
-    options = pipeline_options(argv)
+    options = pipeline_options(argv, threads=True)
     opts = options.view_as(IngestOptions)
     dates = date_range(opts)
     catalog = load_catalog(opts.config)
@@ -462,7 +461,7 @@ def _ingest(options, opts: IngestOptions, dates: list[dt.date], catalog, engine:
     subs = sub_shards(units, shards)
     stage = lake.open_stage(opts.lake, run_id, STEP)
     try:
-        with make_pipeline(options) as p:
+        with run_pipeline(options) as p:
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units)

@@ -31,7 +31,7 @@ from sqlalchemy import and_, delete, select
 from billing.pricing import rate_from
 from billing.quota import allocate, attach_accounts, period_start
 from pipelines import lake
-from pipelines.beam_options import CommonOptions, date_range, make_pipeline, parse_date, pipeline_options
+from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
 from pipelines.dedup import HASH, shard_segments, stable_hash
 from pipelines.errors import UsageBillingError
 from pipelines.locks import database_lock
@@ -277,7 +277,7 @@ def _staged(stage: str, name: str) -> pa.Table | None:
 def run(argv: list[str] | None = None, seconds: dict[str, float] | None = None) -> dict[str, int]:
     """Meter the local dates; returns row counts loaded. ``seconds``, if given, receives the wall
     time of the Beam pipeline ("pipeline") and of the warehouse load and lake commit ("load")."""
-    options = pipeline_options(argv)
+    options = pipeline_options(argv, threads=True)
     opts = options.view_as(MeterOptions)
     with database_lock(opts.database_url, "quota meter"):
         return _run(options, opts, {} if seconds is None else seconds)
@@ -300,7 +300,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, in
         files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
         units = lake.row_groups(files)
         began = time.perf_counter()
-        with make_pipeline(options) as p:
+        with run_pipeline(options) as p:
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units)

@@ -80,6 +80,7 @@ def _files(root: Path) -> dict[str, str]:
 def _one_line(done: subprocess.CompletedProcess, *needles: str) -> None:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: cannot "), done.stderr
+    assert "while running" not in lines[0], lines[0]  # Beam's step name is not the user's business
     for needle in needles:
         assert needle in lines[0], lines[0]
 

@@ -1,11 +1,12 @@
 """Beam's local parallel modes (two threads, two worker processes) give exactly the one-thread rows.
 
-README recommends two threads on two cores for ingest and metering: the DoFns must not share state
-between the threads of one process either.
+Ingest and metering default to a thread per core (``pipelines.beam_options``): the DoFns must not
+share state between the threads of one process either.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,3 +53,18 @@ def test_two_workers_give_the_one_thread_rows(sqlite_settings, catalog, tmp_path
         assert table_rows(parallel.database_url, model) == rows, model
     for kind in (lake.EVENTS, meter.ALLOCATIONS):
         assert _lake_rows(parallel.lake, kind) == _lake_rows(sqlite_settings.lake, kind), kind
+
+
+def test_ingest_and_metering_default_to_a_thread_per_core_aggregation_to_one():
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    from pipelines.beam_options import DEFAULT_THREADS, pipeline_options
+
+    threaded = pipeline_options([], threads=True).view_as(DirectOptions)
+    assert threaded.direct_running_mode == "multi_threading"
+    assert threaded.direct_num_workers == max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
+    assert pipeline_options([], threads=False).view_as(DirectOptions).direct_num_workers == 1
+    chosen = pipeline_options(["--direct_num_workers=1"], threads=True).view_as(DirectOptions)
+    assert (chosen.direct_running_mode, chosen.direct_num_workers) == ("in_memory", 1)  # a flag wins
+    other = pipeline_options(["--runner=DirectRunner"], threads=True).view_as(DirectOptions)
+    assert other.direct_running_mode == "in_memory"  # another runner: no thread default
