@@ -241,41 +241,62 @@ def _empty_pools() -> pa.Table:
     )
 
 
-def attach_accounts(events: pa.Table, accounts: pa.Table) -> pa.Table:
-    """``events`` plus ``local_day`` (the account's local date) and ``plan`` (the one in force that day).
+class AccountIndex:
+    """The accounts table arranged for ``attach_accounts``: built once, used for every batch of events.
 
     ``accounts``: account_id, plan (null = pay as you go), timezone, active_from, active_until (null =
-    open). An unknown account is metered in UTC with no plan: every token is overage.
+    open).
     """
-    if accounts.num_rows == 0:
+
+    def __init__(self, accounts: pa.Table) -> None:
+        self.empty = accounts.num_rows == 0
+        if self.empty:
+            return
+        rows = accounts.sort_by([("account_id", "ascending"), ("active_from", "ascending")])
+        row_account = rows["account_id"].combine_chunks()
+        self.ids = pc.unique(row_account)  # sorted, so each account's rows are a run in row order
+        self.row_code = (
+            pc.index_in(row_account, value_set=self.ids).to_numpy(zero_copy_only=False).astype(np.int64)
+        )
+        # One timezone per account (the first in name order, should its rows disagree).
+        zones = accounts.group_by("account_id").aggregate([("timezone", "min")])
+        order = pc.sort_indices(pc.index_in(zones["account_id"], value_set=self.ids))
+        self.zones = zones["timezone_min"].take(order).combine_chunks()
+        start = rows["active_from"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
+        self.start = (start - EPOCH).astype(np.int64)
+        until = rows["active_until"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
+        self.until = np.where(np.isnat(until), np.iinfo(np.int64).max, (until - EPOCH).astype(np.int64))
+        self.keys = self.row_code * SPAN + self.start  # sorted: by account, then start
+        self.plans = rows["plan"].cast(pa.string()).combine_chunks()
+
+
+SPAN = 1 << 32  # (account code, day) -> one int64 key
+
+
+def attach_accounts(events: pa.Table, accounts: AccountIndex | pa.Table) -> pa.Table:
+    """``events`` plus ``local_day`` (the account's local date) and ``plan`` (the one in force that day).
+
+    ``accounts``: an ``AccountIndex`` or the accounts table it is built from. An unknown account is
+    metered in UTC with no plan: every token is overage.
+    """
+    index = accounts if isinstance(accounts, AccountIndex) else AccountIndex(accounts)
+    if index.empty:
         local = local_dates(events["event_time"], pa.repeat(pa.scalar("UTC"), events.num_rows))
         return events.append_column("local_day", pa.array(local).cast(pa.date32())).append_column(
             "plan", pa.nulls(events.num_rows, pa.string())
         )
-    rows = accounts.sort_by([("account_id", "ascending"), ("active_from", "ascending")])
-    row_account = rows["account_id"].combine_chunks()
-    ids = pc.unique(row_account)  # sorted, so each account's rows are a run in row order
-    row_code = pc.index_in(row_account, value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
-    code = pc.index_in(events["account_id"], value_set=ids)  # null: an unknown account
+    code = pc.index_in(events["account_id"], value_set=index.ids)  # null: an unknown account
     known = _mask(code.is_valid())
     code = pc.fill_null(code, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    # One timezone per account (the first in name order, should its rows disagree); unknown = UTC.
-    zones = accounts.group_by("account_id").aggregate([("timezone", "min")])
-    zones = zones["timezone_min"].take(pc.sort_indices(pc.index_in(zones["account_id"], value_set=ids)))
-    zone = pc.if_else(pa.array(known), zones.take(pa.array(code)), pa.scalar(None, pa.string()))
-    local = local_dates(events["event_time"], pc.fill_null(zone, "UTC"))
+    zone = pc.if_else(pa.array(known), index.zones.take(pa.array(code)), pa.scalar(None, pa.string()))
+    local = local_dates(events["event_time"], pc.fill_null(zone, "UTC"))  # unknown account: UTC
     # The plan in force: the account's last row starting on or before the local day, if it has not
     # ended (rows of one account never overlap). One search over (account, date) keys.
     day = (local - EPOCH).astype(np.int64)
-    start = rows["active_from"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
-    start = (start - EPOCH).astype(np.int64)
-    until = rows["active_until"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
-    until = np.where(np.isnat(until), np.iinfo(np.int64).max, (until - EPOCH).astype(np.int64))
-    span = 1 << 32
-    row = np.searchsorted(row_code * span + start, code * span + day, side="right") - 1
+    row = np.searchsorted(index.keys, code * SPAN + day, side="right") - 1
     at = np.clip(row, 0, None)
-    in_force = known & (row >= 0) & (row_code[at] == code) & (day <= until[at])
-    plan = rows["plan"].cast(pa.string()).take(pa.array(at, mask=~in_force))
+    in_force = known & (row >= 0) & (index.row_code[at] == code) & (day <= index.until[at])
+    plan = index.plans.take(pa.array(at, mask=~in_force))
     return events.append_column("local_day", pa.array(local).cast(pa.date32())).append_column("plan", plan)
 
 

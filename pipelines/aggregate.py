@@ -42,12 +42,11 @@ AggregateOptions = CommonOptions
 
 
 class PartialUsageByDay(beam.DoFn):
-    """One (path, row group) -> partial usage per UTC day. Reading and summing in one step keeps the
-    row group itself from ever becoming a Beam element (only the small partials are)."""
+    """One unit of row groups -> partial usage per UTC day. Reading and summing in one step keeps the
+    rows themselves from ever becoming a Beam element (only the small partials are)."""
 
-    def process(self, unit: tuple[str, int]):  # type: ignore[no-untyped-def]
-        path, group = unit
-        partial = partial_usage(lake.open_parquet(path).read_row_group(group, columns=LAKE_COLUMNS))
+    def process(self, unit: lake.Unit):  # type: ignore[no-untyped-def]
+        partial = partial_usage(lake.read_unit(unit, LAKE_COLUMNS))
         days = partial.usage["day"].unique()
         if len(days) == 1:
             yield days[0].as_py().isoformat(), partial
@@ -100,7 +99,7 @@ class StageDay(beam.DoFn):
 
 
 class DailyUsage(beam.PTransform):
-    """(path, row group) units -> (day, DayPartials) pairs, one per UTC day."""
+    """Units of row groups (``lake.row_group_units``) -> (day, DayPartials) pairs, one per UTC day."""
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         return (
@@ -157,9 +156,9 @@ def refresh_weekly_accounts(conn: Connection, dates: list[dt.date]) -> None:
             conn.execute(insert(weekly), rows)
 
 
-def lake_units(lake_root: str, dates: list[dt.date]) -> list[tuple[str, int]]:
+def lake_units(lake_root: str, dates: list[dt.date]) -> list[lake.Unit]:
     files = [f for d in dates for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))]
-    return lake.row_groups(files)
+    return lake.row_group_units(files)
 
 
 def run(argv: list[str] | None = None) -> dict[dt.date, int]:

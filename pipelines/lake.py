@@ -173,11 +173,49 @@ def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
 
 
 def row_groups(paths: Iterable[str]) -> list[tuple[str, int]]:
-    """(path, row group index) for every row group of ``paths``: the unit of parallel reading."""
+    """(path, row group index) for every row group of ``paths``."""
     out: list[tuple[str, int]] = []
     for path in paths:
         out.extend((path, i) for i in range(open_parquet(path).metadata.num_row_groups))
     return out
+
+
+# Row groups read together: one element, one spill file, one partial per unit, however small the
+# files (a lake of many short days holds a few thousand rows per shard file).
+UNIT_ROWS = 250_000
+Unit = tuple[tuple[str, int], ...]
+
+
+def row_group_units(paths: Iterable[str], max_rows: int | None = None) -> list[Unit]:
+    """The row groups of ``paths`` in order, in units of up to ``max_rows`` (``UNIT_ROWS``) rows (a
+    larger row group is a unit of its own): the unit of parallel reading."""
+    max_rows = max_rows or UNIT_ROWS
+    units: list[Unit] = []
+    current: list[tuple[str, int]] = []
+    rows = 0
+    for path in paths:
+        meta = open_parquet(path).metadata
+        for i in range(meta.num_row_groups):
+            n = meta.row_group(i).num_rows
+            if current and rows + n > max_rows:
+                units.append(tuple(current))
+                current, rows = [], 0
+            current.append((path, i))
+            rows += n
+    if current:
+        units.append(tuple(current))
+    return units
+
+
+def read_unit(unit: Unit, columns: list[str] | None = None) -> pa.Table:
+    """The rows of a unit's row groups, in order, as one table."""
+    files: dict[str, pq.ParquetFile] = {}
+    parts = []
+    for path, group in unit:
+        if path not in files:
+            files[path] = open_parquet(path)
+        parts.append(files[path].read_row_group(group, columns=columns))
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
 @_io_errors

@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import and_, delete, select
 
 from billing.pricing import rate_from
-from billing.quota import allocate, attach_accounts, period_start
+from billing.quota import AccountIndex, allocate, attach_accounts, period_start
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
 from pipelines.dedup import HASH, shard_segments, stable_hash
@@ -78,35 +78,34 @@ def read_window(dates: list[dt.date], catalog: Catalog) -> tuple[dt.date, dt.dat
     return earliest - dt.timedelta(days=1), dates[-1] + dt.timedelta(days=1)
 
 
-def shard_count(units: list[tuple[str, int]]) -> int:
+def shard_count(units: list[lake.Unit]) -> int:
     """Account shards for this run: the window's rows over ``SHARD_ROWS``, so that a shard holds about
     that many events (or one account's, if an account has more) however long the window is."""
     rows = 0
-    for path in sorted({p for p, _ in units}):
+    for path in sorted({p for unit in units for p, _ in unit}):
         rows += lake.open_parquet(path).metadata.num_rows
     return max(1, min(-(-rows // SHARD_ROWS), 4096))
 
 
 class ReadAndSpill(beam.DoFn):
-    """A row group -> events with plan and local day, up to the last metered date, spilled by shard."""
+    """A unit of row groups -> events with plan and local day, up to the last metered date, spilled
+    by shard."""
 
     def __init__(self, accounts: pa.Table, last: dt.date, stage_root: str, shards: int) -> None:
         self.accounts, self.last, self.spill_root = accounts, last, lake.join(stage_root, "_spill")
         self.shards = shards
 
-    def process(self, unit: tuple[str, int]):  # type: ignore[no-untyped-def]
-        path, group = unit
-        events = attach_accounts(
-            lake.open_parquet(path).read_row_group(group, columns=COLUMNS), self.accounts
-        )
+    def setup(self) -> None:
+        self.index = AccountIndex(self.accounts)
+
+    def process(self, unit: lake.Unit):  # type: ignore[no-untyped-def]
+        events = attach_accounts(lake.read_unit(unit, COLUMNS), self.index)
         events = events.filter(pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32())))
         events = events.append_column(HASH, pa.array(stable_hash(events["account_id"]), pa.uint64()))
         table, segments = shard_segments(events, self.shards)
         if not segments:
             return
-        spill = lake.join(
-            self.spill_root, hashlib.sha1(f"{path}#{group}".encode()).hexdigest()[:20] + ".arrow"
-        )
+        spill = lake.join(self.spill_root, hashlib.sha1(repr(unit).encode()).hexdigest()[:20] + ".arrow")
         ranges = lake.write_ipc_segments(spill, table, [(o, n) for _, o, n in segments])
         for (shard, _, _), (first, end) in zip(segments, ranges, strict=True):
             yield shard, (spill, first, end)
@@ -130,9 +129,10 @@ class AllocateShard(beam.DoFn):
             pc.less_equal(day, pa.scalar(self.last, pa.date32())),
         )
         name = f"shard-{shard:04d}.parquet"
-        lake.write_parquet(
-            lake.join(self.stage_root, "billable", name),
-            billable_rows(events, result.included, result.overage, in_range, self.catalog),
+        billable = billable_rows(events, result.included, result.overage, in_range, self.catalog)
+        keys = [c.name for c in BillableUsage.__table__.primary_key.columns]
+        lake.write_parquet(  # in key order: the driver's load only merges the shards by day
+            lake.join(self.stage_root, "billable", name), billable.sort_by([(k, "ascending") for k in keys])
         )
         lake.write_parquet(
             lake.join(self.stage_root, "metered_days", name),
@@ -160,11 +160,17 @@ class AllocateShard(beam.DoFn):
             }
         ).filter(in_range.take(idx))
         # Allocation records go straight to their staged partitions: the driver never holds them all.
-        days = records["local_day"]
-        for day in pc.unique(days).to_pylist():
-            rows = records.filter(pc.equal(days, pa.scalar(day, pa.date32())))
-            staged = lake.partition(lake.join(self.stage_root, "_commit"), ALLOCATIONS, day)
-            lake.write_parquet(lake.join(staged, name), rows)
+        # Stable sort by day, then one slice per day (not one scan of the records per day).
+        records = records.take(pc.sort_indices(records["local_day"]))
+        days = records["local_day"].to_numpy().astype("datetime64[D]")
+        bounds = np.flatnonzero(np.diff(days.astype(np.int64))) + 1
+        for start, end in zip(
+            np.concatenate([[0], bounds]), np.concatenate([bounds, [len(days)]]), strict=True
+        ):
+            if end > start:
+                day = days[start].item()
+                staged = lake.partition(lake.join(self.stage_root, "_commit"), ALLOCATIONS, day)
+                lake.write_parquet(lake.join(staged, name), records.slice(start, end - start))
         yield shard
 
 
@@ -298,7 +304,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, in
     stage = lake.open_stage(opts.lake, run_id, "quota meter")
     try:
         files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
-        units = lake.row_groups(files)
+        units = lake.row_group_units(files)
         began = time.perf_counter()
         with run_pipeline(options) as p:
             _ = (
@@ -318,6 +324,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, in
                 "local_day",
                 dates,
                 billable if billable is not None else pa.table({}),
+                order="first",  # each shard's rows come sorted by the key
             )
             replace_rows(
                 conn, MeteredDay.__table__, "local_day", dates, days if days is not None else pa.table({})

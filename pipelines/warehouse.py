@@ -97,26 +97,43 @@ def upgrade(engine: Engine) -> None:
     migrations.upgrade(engine)
 
 
-def replace_rows(conn: Connection, table: Table, key: str, values: Iterable[object], rows: pa.Table) -> int:
-    """Delete the rows whose ``key`` is in ``values`` and insert ``rows``, on ``conn``'s transaction."""
+def replace_rows(
+    conn: Connection,
+    table: Table,
+    key: str,
+    values: Iterable[object],
+    rows: pa.Table,
+    order: str = "key",
+) -> int:
+    """Delete the rows whose ``key`` is in ``values`` and insert ``rows`` (``order``: see
+    ``insert_arrow``), on ``conn``'s transaction."""
     values = sorted(set(values))
     for i in range(0, len(values), 500):
         conn.execute(delete(table).where(table.c[key].in_(values[i : i + 500])))
-    return insert_arrow(conn, table, rows)
+    return insert_arrow(conn, table, rows, order)
 
 
-def insert_arrow(conn: Connection, table: Table, rows: pa.Table) -> int:
+def insert_arrow(conn: Connection, table: Table, rows: pa.Table, order: str = "key") -> int:
     """Bulk insert an Arrow table whose columns are named like the table's, on ``conn``'s transaction.
 
     PostgreSQL: COPY from CSV that pyarrow writes (no Python per row). Others: executemany batches.
+    Rows go in primary key order (``order="key"``): the index then grows at its end, 3x faster on
+    SQLite. ``order="first"``: for rows that are runs already sorted by the key (one per shard of a
+    pipeline, sorted there in parallel), a stable sort on the first key column is enough (a full sort
+    of millions of string keys costs more than it saves).
     """
     names = [c.name for c in table.columns if c.name in rows.column_names]
     rows = rows.select(names)
     if rows.num_rows == 0:
         return 0
     keys = [c.name for c in table.primary_key.columns if c.name in names]
-    if keys and rows.num_rows > 1:  # in key order the index grows at its end: 3x faster on SQLite
-        rows = rows.sort_by([(k, "ascending") for k in keys])
+    if keys and rows.num_rows > 1:
+        if order == "key":
+            rows = rows.sort_by([(k, "ascending") for k in keys])
+        elif order == "first":
+            rows = rows.take(pc.sort_indices(rows[keys[0]]))  # Arrow's sort is stable
+        elif order != "none":
+            raise ValueError(f"unknown order {order!r}")
     if conn.dialect.name == "postgresql":
         _copy(conn, table, rows)
     elif conn.dialect.name == "sqlite" and all(_sqlite_plain(t) for t in rows.schema.types):

@@ -57,7 +57,7 @@ def test_daily_usage_sums_per_account_model_tier_and_day(tmp_path):
             (d2, "acct-1", "m", "standard", 3, 0, 0, "ok"),
         ],
     )
-    units = [(str(tmp_path / "a.parquet"), g) for g in range(3)]  # 5 rows in row groups of 2
+    units = [((str(tmp_path / "a.parquet"), g),) for g in range(3)]  # 5 rows in row groups of 2
     with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
         days = p | beam.Create(units) | DailyUsage()
         usage = days | "Usage" >> beam.FlatMap(

@@ -7,8 +7,10 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import func, select
 
@@ -76,13 +78,44 @@ def test_the_shard_count_follows_the_window_and_changes_no_row(ingested, tmp_pat
     """A run's account shards come from its window's size; many small shards give the rows one gives."""
     dates = small_dates()
     monkeypatch.setattr(meter, "SHARD_ROWS", 10**9)
-    assert meter.shard_count(lake.row_groups(_files(ingested.lake))) == 1
+    assert meter.shard_count(lake.row_group_units(_files(ingested.lake))) == 1
     one = _meter(ingested, dates)
     rows = (table_rows(ingested.database_url, BillableUsage), table_rows(ingested.database_url, PoolUsage))
     records = _allocations(ingested.lake)
     monkeypatch.setattr(meter, "SHARD_ROWS", 300)
-    assert meter.shard_count(lake.row_groups(_files(ingested.lake))) >= 10
+    assert meter.shard_count(lake.row_group_units(_files(ingested.lake))) >= 10
     assert _meter(ingested, dates) == one
+    assert (
+        table_rows(ingested.database_url, BillableUsage),
+        table_rows(ingested.database_url, PoolUsage),
+    ) == rows
+    assert _allocations(ingested.lake) == records
+
+
+def test_row_group_units_batch_small_row_groups_in_order(tmp_path):
+    table = pa.table({"n": list(range(10))})
+    a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    pq.write_table(table, a, row_group_size=3)  # row groups of 3, 3, 3, 1
+    pq.write_table(table.slice(0, 8), b, row_group_size=8)
+    units = lake.row_group_units([a, b], max_rows=6)
+    assert units == [((a, 0), (a, 1)), ((a, 2), (a, 3)), ((b, 0),)]  # 8 rows > 6: a unit of its own
+    assert [lake.read_unit(u)["n"].to_pylist() for u in units] == [
+        [0, 1, 2, 3, 4, 5],
+        [6, 7, 8, 9],
+        list(range(8)),
+    ]
+    assert lake.row_group_units([a], max_rows=1) == [((a, i),) for i in range(4)]
+    assert lake.row_group_units([]) == []
+
+
+def test_the_size_of_read_units_changes_no_row(ingested, monkeypatch):
+    dates = small_dates()
+    assert len(lake.row_group_units(_files(ingested.lake))) < len(lake.row_groups(_files(ingested.lake)))
+    batched = _meter(ingested, dates)
+    rows = (table_rows(ingested.database_url, BillableUsage), table_rows(ingested.database_url, PoolUsage))
+    records = _allocations(ingested.lake)
+    monkeypatch.setattr(lake, "UNIT_ROWS", 1)  # one row group per unit
+    assert _meter(ingested, dates) == batched
     assert (
         table_rows(ingested.database_url, BillableUsage),
         table_rows(ingested.database_url, PoolUsage),
