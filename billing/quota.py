@@ -71,10 +71,15 @@ def split_pro_rata(total: np.ndarray, kinds: np.ndarray) -> np.ndarray:
     base = scaled // safe[:, None]
     remainder = scaled % safe[:, None]
     leftover = total - base.sum(axis=1)
-    kind_order = np.broadcast_to(np.arange(kinds.shape[1]), kinds.shape)
-    order = np.lexsort((kind_order, -remainder), axis=-1)  # per row: largest remainder first
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.broadcast_to(np.arange(kinds.shape[1]), kinds.shape), axis=-1)
+    # Each kind's rank in its row: the kinds before it in (largest remainder, kind order); a few
+    # column comparisons (three kinds), not a sort per row.
+    rank = np.zeros(kinds.shape, np.int64)
+    for k in range(kinds.shape[1]):
+        for j in range(kinds.shape[1]):
+            if j < k:
+                rank[:, k] += remainder[:, j] >= remainder[:, k]
+            elif j > k:
+                rank[:, k] += remainder[:, j] > remainder[:, k]
     out = base + (rank < leftover[:, None])
     return np.where(weight[:, None] > 0, out, 0) if n else out
 

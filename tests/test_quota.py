@@ -426,3 +426,19 @@ def test_backup_tank_share_counts_use_after_the_main_pool_ran_out():
             "backup_accounts": 1,
         }
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12), st.integers(0, 100)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_split_equals_the_reference_row_by_row(rows):
+    """Small counts, so that equal remainders (the tie rule) come up often."""
+    kinds = np.array([r[:3] for r in rows], dtype=np.int64)
+    total = np.array([r[3] * sum(r[:3]) // 100 for r in rows], dtype=np.int64)  # never above demand
+    got = split_pro_rata(total, kinds)
+    assert got.tolist() == [_py_split(int(t), k.tolist()) for t, k in zip(total, kinds, strict=True)]
