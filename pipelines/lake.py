@@ -182,7 +182,7 @@ def row_groups(paths: Iterable[str]) -> list[tuple[str, int]]:
 
 # Row groups read together: one element, one spill file, one partial per unit, however small the
 # files (a lake of many short days holds a few thousand rows per shard file).
-UNIT_ROWS = 250_000
+UNIT_ROWS = 65_536
 Unit = tuple[tuple[str, int], ...]
 
 

@@ -129,10 +129,9 @@ class AllocateShard(beam.DoFn):
             pc.less_equal(day, pa.scalar(self.last, pa.date32())),
         )
         name = f"shard-{shard:04d}.parquet"
-        billable = billable_rows(events, result.included, result.overage, in_range, self.catalog)
-        keys = [c.name for c in BillableUsage.__table__.primary_key.columns]
-        lake.write_parquet(  # in key order: the driver's load only merges the shards by day
-            lake.join(self.stage_root, "billable", name), billable.sort_by([(k, "ascending") for k in keys])
+        lake.write_parquet(
+            lake.join(self.stage_root, "billable", name),
+            billable_rows(events, result.included, result.overage, in_range, self.catalog),
         )
         lake.write_parquet(
             lake.join(self.stage_root, "metered_days", name),
@@ -324,7 +323,6 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, in
                 "local_day",
                 dates,
                 billable if billable is not None else pa.table({}),
-                order="first",  # each shard's rows come sorted by the key
             )
             replace_rows(
                 conn, MeteredDay.__table__, "local_day", dates, days if days is not None else pa.table({})

@@ -8,9 +8,11 @@ the previous rows in place.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as csv
@@ -97,30 +99,19 @@ def upgrade(engine: Engine) -> None:
     migrations.upgrade(engine)
 
 
-def replace_rows(
-    conn: Connection,
-    table: Table,
-    key: str,
-    values: Iterable[object],
-    rows: pa.Table,
-    order: str = "key",
-) -> int:
-    """Delete the rows whose ``key`` is in ``values`` and insert ``rows`` (``order``: see
-    ``insert_arrow``), on ``conn``'s transaction."""
+def replace_rows(conn: Connection, table: Table, key: str, values: Iterable[object], rows: pa.Table) -> int:
+    """Delete the rows whose ``key`` is in ``values`` and insert ``rows``, on ``conn``'s transaction."""
     values = sorted(set(values))
     for i in range(0, len(values), 500):
         conn.execute(delete(table).where(table.c[key].in_(values[i : i + 500])))
-    return insert_arrow(conn, table, rows, order)
+    return insert_arrow(conn, table, rows)
 
 
-def insert_arrow(conn: Connection, table: Table, rows: pa.Table, order: str = "key") -> int:
+def insert_arrow(conn: Connection, table: Table, rows: pa.Table) -> int:
     """Bulk insert an Arrow table whose columns are named like the table's, on ``conn``'s transaction.
 
     PostgreSQL: COPY from CSV that pyarrow writes (no Python per row). Others: executemany batches.
-    Rows go in primary key order (``order="key"``): the index then grows at its end, 3x faster on
-    SQLite. ``order="first"``: for rows that are runs already sorted by the key (one per shard of a
-    pipeline, sorted there in parallel), a stable sort on the first key column is enough (a full sort
-    of millions of string keys costs more than it saves).
+    Rows go in primary key order: the index then grows at its end (3x faster on SQLite).
     """
     names = [c.name for c in table.columns if c.name in rows.column_names]
     rows = rows.select(names)
@@ -128,12 +119,7 @@ def insert_arrow(conn: Connection, table: Table, rows: pa.Table, order: str = "k
         return 0
     keys = [c.name for c in table.primary_key.columns if c.name in names]
     if keys and rows.num_rows > 1:
-        if order == "key":
-            rows = rows.sort_by([(k, "ascending") for k in keys])
-        elif order == "first":
-            rows = rows.take(pc.sort_indices(rows[keys[0]]))  # Arrow's sort is stable
-        elif order != "none":
-            raise ValueError(f"unknown order {order!r}")
+        rows = rows.take(key_order(rows, keys))
     if conn.dialect.name == "postgresql":
         _copy(conn, table, rows)
     elif conn.dialect.name == "sqlite" and all(_sqlite_plain(t) for t in rows.schema.types):
@@ -144,6 +130,40 @@ def insert_arrow(conn: Connection, table: Table, rows: pa.Table, order: str = "k
                 conn.execute(insert(table), batch.to_pylist())
     faults.checkpoint(f"warehouse.load.{table.name}")
     return rows.num_rows
+
+
+def key_order(rows: pa.Table, keys: list[str]) -> pa.Array:
+    """Indices that sort ``rows`` by ``keys`` ascending (stable), as Arrow's ``sort_by`` would.
+
+    Each key column becomes integer ranks (a string column: its position among the sorted distinct
+    values, byte order like SQLite's and PostgreSQL's C collation), packed into one int64 when the
+    ranges fit: twice as fast as sorting millions of string keys. Nulls are not expected in keys.
+    """
+    ranks = [_ranks(rows[k]) for k in keys]
+    if any(r is None for r in ranks):
+        return pc.sort_indices(rows, [(k, "ascending") for k in keys])
+    spans = [int(r.max()) - int(r.min()) + 1 for r in ranks]  # type: ignore[union-attr]
+    if math.prod(spans) < 2**62:
+        packed = np.zeros(rows.num_rows, np.int64)
+        for r, span in zip(ranks, spans, strict=True):
+            packed = packed * span + (r - r.min())  # type: ignore[union-attr]
+        return pa.array(np.argsort(packed, kind="stable"))
+    return pa.array(np.lexsort(ranks[::-1]))
+
+
+def _ranks(column: pa.ChunkedArray) -> np.ndarray | None:
+    values = column.combine_chunks()
+    if values.null_count:
+        return None
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        distinct = pc.unique(values)
+        distinct = distinct.take(pc.sort_indices(distinct))
+        return pc.index_in(values, value_set=distinct).to_numpy().astype(np.int64)
+    if pa.types.is_date32(values.type):
+        return values.cast(pa.int32()).to_numpy().astype(np.int64)
+    if pa.types.is_integer(values.type) or pa.types.is_timestamp(values.type):
+        return values.cast(pa.int64()).to_numpy()
+    return None
 
 
 def _sqlite_plain(t: pa.DataType) -> bool:
