@@ -143,10 +143,13 @@ def validate(
     bad = np.zeros(n, bool)
     for _, mask in checks:
         bad |= mask
-    good_rows = pa.array(~bad)
-    clean = _to_lake(raw.filter(good_rows), times.filter(good_rows), landing_date, source_file)
+    any_bad = bool(bad.any())
+    if any_bad:
+        good_rows = pa.array(~bad)
+        raw, times = raw.filter(good_rows), times.filter(good_rows)
+    clean = _to_lake(raw, times, landing_date, source_file)  # no copy of a chunk without bad rows
     quarantine = chunk.quarantine
-    if bad.any():
+    if any_bad:
         quarantine = pa.concat_tables(
             [quarantine, _quarantine(chunk, bad, checks, landing_date, source_file)]
         )
