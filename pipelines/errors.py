@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import re
 import sys
 
@@ -20,11 +21,30 @@ _STEP = re.compile(r"(?: \[while running '[^']*'\])+$")
 _LAST_LINE = re.compile(r"^((?:pipelines|billing|schemas)(?:\.\w+)+)\.(\w+): (.*)$")
 
 
+# An OS error (a file gone, no permission) raised outside the lake's writers: "FileNotFoundError: ...".
+_OS_LINE = re.compile(r"^(\w+): (.*)$")
+
+
 def user_error_in(text: str) -> UsageBillingError | None:
-    """The user error whose traceback ``text`` is (Beam's report of a failed bundle), if it is one."""
+    """The user error whose traceback ``text`` is (Beam's report of a failed bundle), if it is one.
+
+    The project's own errors come back as their class; an OS error (which the command line reports
+    as "cannot use ...") as a UsageBillingError saying so.
+    """
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    found = _LAST_LINE.match(lines[-1]) if lines else None
+    last = lines[-1] if lines else ""
+    # Beam wraps an error it cannot rebuild with the step's name (an OSError(errno, text)) in a
+    # RuntimeError whose message starts with the original class: "RuntimeError: FileNotFoundError: ...".
+    while (wrapped := _OS_LINE.match(last)) and wrapped.group(1) == "RuntimeError":
+        if not _OS_LINE.match(wrapped.group(2)):
+            break
+        last = wrapped.group(2)
+    found = _LAST_LINE.match(last)
     if not found:
+        os_error = _OS_LINE.match(last)
+        kind = getattr(builtins, os_error.group(1), None) if os_error else None
+        if isinstance(kind, type) and issubclass(kind, OSError):
+            return UsageBillingError(f"cannot use: {without_step(os_error.group(2))}")  # type: ignore[union-attr]
         return None
     module, name, message = found.groups()
     kind = getattr(sys.modules.get(module), name, None)  # a worker thread raised it: already imported

@@ -43,6 +43,15 @@ def test_a_user_error_in_a_dofn_comes_back_as_itself_without_a_traceback(mode, e
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_an_os_error_in_a_dofn_is_one_line_too(mode, capfd):
+    with pytest.raises(UsageBillingError) as raised:  # Beam cannot rebuild it: a RuntimeError
+        _run(MODES[mode], FileNotFoundError(2, "No such file or directory"))
+    assert str(raised.value) == "cannot use: [Errno 2] No such file or directory"
+    printed = capfd.readouterr()
+    assert "Traceback" not in printed.err + printed.out, printed.err
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_bug_in_a_dofn_is_not_mistaken_for_a_user_error(mode):
     with pytest.raises((ZeroDivisionError, RuntimeError), match=r"division by zero"):
         _run(MODES[mode], ZeroDivisionError("division by zero"))
@@ -64,4 +73,8 @@ def test_user_error_in_reads_only_the_last_line_of_a_traceback():
     assert user_error_in("pipelines.not_a_module.UsageBillingError: x") is None
     assert user_error_in("pipelines.errors.re: x") is None  # a module global that is no error class
     assert user_error_in("") is None
+    assert str(user_error_in("PermissionError: [Errno 13] denied [while running 'R']")) == (
+        "cannot use: [Errno 13] denied"
+    )
+    assert user_error_in("ValueError: not an OS error") is None
     assert without_step("keep [this] [while running 'S']") == "keep [this]"
