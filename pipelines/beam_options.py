@@ -4,9 +4,9 @@ Unknown flags pass through to Beam, so ``--runner`` and the runner's own flags j
 ``--runner`` the in-process FnApiRunner is used (plain DirectRunner would try to download Prism).
 Ingest and metering run it with one thread per core (up to ``DEFAULT_THREADS``) unless a
 ``--direct_...`` flag says otherwise: their heavy work is in Arrow and numpy, which release the GIL
-(benchmarks/RESULTS.md: 1.5x for a Parquet ingest on two cores, 1.3x for metering, without the
-start-up of worker processes). Aggregation stays on one thread: a second one bought it 1.3x for
-1.9x the memory, past its 1 GB budget at 50M events.
+(benchmarks/RESULTS.md: 1.3x for a 10M-event Parquet ingest on two cores, 1.3x for metering,
+without the start-up of worker processes). Aggregation stays on one thread: a second one bought it
+1.2x for 1.9x the memory, past its 1 GB budget at 50M events.
 
 In threaded mode Beam's SDK harness catches an error raised in a DoFn, prints its traceback and logs
 it, and the runner raises a RuntimeError holding that traceback. ``run_pipeline`` keeps a user error
