@@ -19,9 +19,7 @@ class DataQualityError(UsageBillingError):
 _STEP = re.compile(r"(?: \[while running '[^']*'\])+$")
 # The last line of a traceback: "pipelines.errors.UsageBillingError: cannot write ... [while running 'X']".
 _LAST_LINE = re.compile(r"^((?:pipelines|billing|schemas)(?:\.\w+)+)\.(\w+): (.*)$")
-
-
-# An OS error (a file gone, no permission) raised outside the lake's writers: "FileNotFoundError: ...".
+# A builtin error's: "FileNotFoundError: [Errno 2] ..." (an OS error outside the lake's writers).
 _OS_LINE = re.compile(r"^(\w+): (.*)$")
 
 
@@ -35,9 +33,8 @@ def user_error_in(text: str) -> UsageBillingError | None:
     last = lines[-1] if lines else ""
     # Beam wraps an error it cannot rebuild with the step's name (an OSError(errno, text)) in a
     # RuntimeError whose message starts with the original class: "RuntimeError: FileNotFoundError: ...".
-    while (wrapped := _OS_LINE.match(last)) and wrapped.group(1) == "RuntimeError":
-        if not _OS_LINE.match(wrapped.group(2)):
-            break
+    wrapped = _OS_LINE.match(last)
+    if wrapped and wrapped.group(1) == "RuntimeError" and _OS_LINE.match(wrapped.group(2)):
         last = wrapped.group(2)
     found = _LAST_LINE.match(last)
     if not found:
