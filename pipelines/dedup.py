@@ -105,14 +105,16 @@ def sub_shard_segments(
     key = (h % np.uint64(shards)).astype(np.int64) * subs + sub_shard_of(h, shards, subs)
     order = np.argsort(key.astype(np.uint16 if shards * subs <= 65535 else np.int64), kind="stable")
     key = key[order]
-    bounds = np.flatnonzero(np.diff(key)) + 1
-    starts = np.concatenate(([0], bounds))
-    ends = np.concatenate((bounds, [len(key)]))
-    segments = [
-        (int(key[b]) // subs, int(key[b]) % subs, int(b), int(e - b))
-        for b, e in zip(starts, ends, strict=True)
-    ]
+    segments = [(int(key[b]) // subs, int(key[b]) % subs, b, e - b) for b, e in runs(key)]
     return table.take(pa.array(order)), segments
+
+
+def runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """[(start, end)] of the runs of equal values in a sorted array (none for an empty one)."""
+    if len(values) == 0:
+        return []
+    bounds = (np.flatnonzero(values[1:] != values[:-1]) + 1).tolist()
+    return list(zip([0, *bounds], [*bounds, len(values)], strict=True))
 
 
 class ExistingShard(Protocol):

@@ -32,7 +32,7 @@ from billing.pricing import rate_from
 from billing.quota import AccountIndex, allocate, attach_accounts, period_start
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
-from pipelines.dedup import HASH, shard_segments, stable_hash
+from pipelines.dedup import HASH, runs, shard_segments, stable_hash
 from pipelines.errors import UsageBillingError
 from pipelines.locks import database_lock
 from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
@@ -162,14 +162,9 @@ class AllocateShard(beam.DoFn):
         # Stable sort by day, then one slice per day (not one scan of the records per day).
         records = records.take(pc.sort_indices(records["local_day"]))
         days = records["local_day"].to_numpy().astype("datetime64[D]")
-        bounds = np.flatnonzero(np.diff(days.astype(np.int64))) + 1
-        for start, end in zip(
-            np.concatenate([[0], bounds]), np.concatenate([bounds, [len(days)]]), strict=True
-        ):
-            if end > start:
-                day = days[start].item()
-                staged = lake.partition(lake.join(self.stage_root, "_commit"), ALLOCATIONS, day)
-                lake.write_parquet(lake.join(staged, name), records.slice(start, end - start))
+        for start, end in runs(days):
+            staged = lake.partition(lake.join(self.stage_root, "_commit"), ALLOCATIONS, days[start].item())
+            lake.write_parquet(lake.join(staged, name), records.slice(start, end - start))
         yield shard
 
 

@@ -142,11 +142,12 @@ def key_order(rows: pa.Table, keys: list[str]) -> pa.Array:
     ranks = [_ranks(rows[k]) for k in keys]
     if any(r is None for r in ranks):
         return pc.sort_indices(rows, [(k, "ascending") for k in keys])
-    spans = [int(r.max()) - int(r.min()) + 1 for r in ranks]  # type: ignore[union-attr]
+    lows = [int(r.min()) for r in ranks]  # type: ignore[union-attr]
+    spans = [int(r.max()) - low + 1 for r, low in zip(ranks, lows, strict=True)]  # type: ignore[union-attr]
     if math.prod(spans) < 2**62:
         packed = np.zeros(rows.num_rows, np.int64)
-        for r, span in zip(ranks, spans, strict=True):
-            packed = packed * span + (r - r.min())  # type: ignore[union-attr]
+        for r, low, span in zip(ranks, lows, spans, strict=True):
+            packed = packed * span + (r - low)
         return pa.array(np.argsort(packed, kind="stable"))
     return pa.array(np.lexsort(ranks[::-1]))
 

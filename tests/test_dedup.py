@@ -7,7 +7,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import dedup
-from pipelines.dedup import HASH, dedup_shard, shard_of, shard_segments, sorted_hashes, stable_hash, with_hash
+from pipelines.dedup import (
+    HASH,
+    dedup_shard,
+    runs,
+    shard_of,
+    shard_segments,
+    sorted_hashes,
+    stable_hash,
+    with_hash,
+)
 from schemas.events import LAKE_SCHEMA
 from schemas.jsonl import ROW_NUMBER
 
@@ -142,3 +151,10 @@ def test_hash_collisions_between_different_ids_are_not_duplicates(monkeypatch):
     extra = extra.set_column(extra.schema.get_field_index(HASH), HASH, pa.array(np.zeros(2, np.uint64)))
     again = dedup_shard([extra], lake)
     assert again.new_clean["event_id"].to_pylist() == ["d"] and again.duplicates.num_rows == 1
+
+
+def test_runs_are_the_spans_of_equal_values_of_a_sorted_array():
+    assert runs(np.array([1, 1, 2, 5, 5, 5])) == [(0, 2), (2, 3), (3, 6)]
+    assert runs(np.array(["2026-03-01", "2026-03-02"], dtype="datetime64[D]")) == [(0, 1), (1, 2)]
+    assert runs(np.array([7])) == [(0, 1)]
+    assert runs(np.array([], np.int64)) == []
