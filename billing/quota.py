@@ -10,10 +10,15 @@ tokens are split across token kinds pro rata (floor, then the largest remainders
 tokens; ties go input, cached_input, output), so every token is counted exactly once.
 
 Periods and the plan in force are evaluated on the account's local date (``local_dates``).
+
+A run can start from balances instead of every event of the periods (``state``): the balance of a key
+at the end of a local day is ``min(running demand, A)``, and that is all the later events need, since
+what a pool covers of an event depends only on ``min(cum, A)`` before and after it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +28,7 @@ import pyarrow.compute as pc
 from schemas.catalog import Catalog
 
 EPOCH = np.datetime64("1970-01-01", "D")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def local_dates(event_time: pa.Array | pa.ChunkedArray, timezone: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -84,6 +90,21 @@ def split_pro_rata(total: np.ndarray, kinds: np.ndarray) -> np.ndarray:
     return np.where(weight[:, None] > 0, out, 0) if n else out
 
 
+# A balance key's state at the end of a local day: what a later run starts from.
+BALANCE_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("plan", pa.string()),
+        ("pool", pa.string()),
+        ("period_start", pa.date32()),
+        ("period_end", pa.date32()),
+        ("local_day", pa.date32()),
+        ("used", pa.int64()),  # tokens the pool covered through the end of local_day
+        ("exhausted_at", pa.timestamp("us", tz="UTC")),  # null: not exhausted by then
+    ]
+)
+
+
 @dataclass
 class Allocation:
     """Per event (in input order) and per balance key."""
@@ -96,18 +117,28 @@ class Allocation:
     pools: (
         pa.Table
     )  # account_id, plan, pool, period_start, period_end, allowance, used, remaining, exhausted_at
+    balances: pa.Table  # BALANCE_SCHEMA: the state given, then per key and local day with events
 
 
-def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
+def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) -> Allocation:
     """Meter events against their plans' pools.
 
     ``events`` columns: event_id, event_time (UTC), account_id, model, input_tokens,
     cached_input_tokens, output_tokens, plan (null = pay as you go), local_day (date32: the account's
     local date). An event without a plan draws from no pool.
+
+    ``state`` (``BALANCE_SCHEMA``, one row per balance key): balances at the end of the day before
+    the events, when the events are only the rest of their periods; its keys' pool rows come out
+    whether or not they have events.
     """
     n = events.num_rows
+    state = empty_balances() if state is None else state.select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
     # Accounts by code (their names in sorted order), so the sort compares integers first.
-    accounts = pc.unique(events["account_id"])
+    accounts = pc.unique(
+        pa.concat_arrays(
+            [events["account_id"].combine_chunks().cast(pa.string()), state["account_id"].combine_chunks()]
+        )
+    )
     accounts = accounts.take(pc.sort_indices(accounts))
     codes = pc.index_in(events["account_id"], value_set=accounts)
     keyed = pa.table({"account": codes, "time": events["event_time"], "id": events["event_id"]})
@@ -130,14 +161,19 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
     remaining = demand.copy()
     plan_col = pc.fill_null(events["plan"], "")
     models = events["model"]
-    times = events["event_time"]
+    times = events["event_time"].combine_chunks().cast(TIMESTAMP)
+    state_code = pc.index_in(state["account_id"], value_set=accounts).to_numpy(zero_copy_only=False)
     draw_parts: list[pa.Table] = []
     pool_parts: list[pa.Table] = []
+    balance_parts: list[pa.Table] = [state]
     for plan in catalog.plans:
         in_plan = _mask(pc.equal(plan_col, plan.id))[order]
-        if not in_plan.any():
+        in_state = _mask(pc.equal(state["plan"], plan.id))
+        if not in_plan.any() and not in_state.any():
             continue
         for pool in plan.pools_in_draw_order():
+            allowance = pool.allowance_tokens
+            given = Balances(state, state_code, in_state & _mask(pc.equal(state["pool"], pool.id)))
             covers = (
                 np.ones(n, bool)
                 if "*" in pool.models
@@ -147,17 +183,21 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
                 excluded = pc.is_in(models, value_set=pa.array(pool.exclude_models, pa.string()))
                 covers = covers & ~_mask(excluded)[order]
             pos = np.flatnonzero(in_plan & covers)
-            if len(pos) == 0:
+            if len(pos) == 0 and len(given.keys) == 0:
                 continue
             starts = period_start(day[pos], pool.period)
             new_key = np.ones(len(pos), bool)
             new_key[1:] = (account_code[pos][1:] != account_code[pos][:-1]) | (starts[1:] != starts[:-1])
             seg = np.cumsum(new_key) - 1
+            key_pos = pos[new_key]
+            key_starts = starts[new_key]
+            # The balance each key starts from: what the state says it used (0 for a new key).
+            row, found = given.find(account_code[key_pos], key_starts)
+            offset = given.used_of(row, found)
             r = remaining[pos]
             cum = np.cumsum(r)
             base = (cum - r)[new_key][seg]  # running demand before each key's first event
-            running = cum - base
-            allowance = pool.allowance_tokens
+            running = cum - base + offset[seg]
             covered = np.minimum(running, allowance) - np.minimum(running - r, allowance)
             remaining[pos] -= covered
             drew = covered > 0
@@ -172,34 +212,75 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
                     }
                 )
             )
-            used = np.add.reduceat(covered, np.flatnonzero(new_key))
-            key_pos = pos[new_key]
-            # exhausted_at: the event at which a key's running demand first reaches the allowance.
+            used = offset + (np.add.reduceat(covered, np.flatnonzero(new_key)) if len(pos) else 0)
+            # exhausted_at: the event at which a key's running demand first reaches the allowance, or
+            # the state's time if it ran out before these events.
             full_idx = np.flatnonzero(running >= allowance)
             first_of_key = np.r_[True, seg[full_idx][1:] != seg[full_idx][:-1]] if len(full_idx) else full_idx
             first_full = np.full(len(key_pos), -1)
             first_full[seg[full_idx][first_of_key]] = full_idx[first_of_key]
-            exhausted = pc.if_else(
-                pa.array(first_full >= 0),
-                times.take(pa.array(order[pos[np.maximum(first_full, 0)]])),
-                pa.nulls(len(key_pos), pa.timestamp("us", tz="UTC")),
+            earlier = (
+                pc.if_else(
+                    pa.array(found), given.exhausted.take(pa.array(row)), pa.nulls(len(key_pos), TIMESTAMP)
+                )
+                if len(given.keys)
+                else pa.nulls(len(key_pos), TIMESTAMP)
             )
-            key_starts = starts[new_key]
+            exhausted = pc.coalesce(
+                earlier,
+                pc.if_else(
+                    pa.array(first_full >= 0),
+                    times.take(pa.array(order[pos[np.maximum(first_full, 0)]])),
+                    pa.nulls(len(key_pos), pa.timestamp("us", tz="UTC")),
+                ),
+            )
+            exhausted_day = np.where(
+                first_full >= 0, day[pos[np.maximum(first_full, 0)]], np.datetime64("NaT")
+            )
+            exhausted_day = np.where(
+                found & ~_mask(pc.is_null(earlier)), np.datetime64("1970-01-01"), exhausted_day
+            )
+            key_accounts = accounts.take(pa.array(account_code[key_pos]))
+            # Keys of the state without events here keep their balance.
+            idle = ~given.matched(row[found])
             pool_parts.append(
-                pa.table(
-                    {
-                        "account_id": accounts.take(pa.array(account_code[key_pos])),
-                        "plan": _repeat(plan.id, len(key_pos)),
-                        "pool": _repeat(pool.id, len(key_pos)),
-                        "period_start": key_starts,
-                        "period_end": period_end(key_starts, pool.period),
-                        "allowance": np.full(len(key_pos), allowance, np.int64),
-                        "used": used,
-                        "remaining": allowance - used,
-                        "exhausted_at": exhausted,
-                    }
+                _pool_rows(
+                    pa.concat_arrays([key_accounts, given.accounts.filter(pa.array(idle))]),
+                    plan.id,
+                    pool,
+                    np.concatenate([key_starts, given.starts[idle]]),
+                    np.concatenate([used, given.used[idle]]),
+                    pa.concat_arrays(
+                        [exhausted, given.exhausted.filter(pa.array(idle)).cast(exhausted.type)]
+                    ),
                 )
             )
+            # Each key's balance at the end of each local day with events: the last event of the day.
+            if len(pos):
+                last_of_day = np.ones(len(pos), bool)
+                last_of_day[:-1] = new_key[1:] | (day[pos][1:] != day[pos][:-1])
+                k = seg[last_of_day]
+                on = day[pos][last_of_day]
+                out_of = ~np.isnat(exhausted_day[k]) & (exhausted_day[k] <= on)
+                balance_parts.append(
+                    pa.table(
+                        {
+                            "account_id": key_accounts.take(pa.array(k)),
+                            "plan": _repeat(plan.id, len(k)),
+                            "pool": _repeat(pool.id, len(k)),
+                            "period_start": key_starts[k],
+                            "period_end": period_end(key_starts[k], pool.period),
+                            "local_day": on,
+                            "used": np.minimum(running[last_of_day], allowance),
+                            "exhausted_at": pc.if_else(
+                                pa.array(out_of),
+                                exhausted.take(pa.array(k)),
+                                pa.nulls(len(k), exhausted.type),
+                            ),
+                        },
+                        schema=BALANCE_SCHEMA,
+                    )
+                )
     included_sorted = split_pro_rata(demand - remaining, kinds)
     included = np.empty_like(included_sorted)
     included[order] = included_sorted
@@ -207,7 +288,97 @@ def allocate(events: pa.Table, catalog: Catalog) -> Allocation:
     overage[order] = kinds - included_sorted
     draws = pa.concat_tables(draw_parts) if draw_parts else _empty_draws()
     pools = pa.concat_tables(pool_parts) if pool_parts else _empty_pools()
-    return Allocation(included, overage, draws, pools)
+    return Allocation(included, overage, draws, pools, pa.concat_tables(balance_parts))
+
+
+class Balances:
+    """The rows of a state for one plan's pool, searchable by (account code, period start)."""
+
+    def __init__(self, state: pa.Table, codes: np.ndarray, rows: np.ndarray) -> None:
+        starts = state["period_start"].to_numpy().astype("datetime64[D]")[rows]
+        keys = codes[rows].astype(np.int64) * SPAN + (starts - EPOCH).astype(np.int64)
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.starts = keys[order], starts[order]
+        taken = state.filter(pa.array(rows)).take(pa.array(order))
+        self.accounts = taken["account_id"].combine_chunks()
+        self.used = taken["used"].to_numpy()
+        self.exhausted = taken["exhausted_at"].combine_chunks()
+
+    def find(self, codes: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, found) for each key; ``row`` is 0 where not found."""
+        if len(self.keys) == 0:
+            return np.zeros(len(codes), np.int64), np.zeros(len(codes), bool)
+        keys = codes * SPAN + (starts - EPOCH).astype(np.int64)
+        row = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return row, self.keys[row] == keys
+
+    def used_of(self, row: np.ndarray, found: np.ndarray) -> np.ndarray:
+        if len(self.keys) == 0:
+            return np.zeros(len(row), np.int64)
+        return np.where(found, self.used[row], 0)
+
+    def matched(self, rows: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(self.keys), bool)
+        out[rows] = True
+        return out
+
+
+def _pool_rows(
+    accounts: pa.Array,
+    plan: str,
+    pool,
+    starts: np.ndarray,
+    used: np.ndarray,
+    exhausted: pa.Array,  # type: ignore[no-untyped-def]
+) -> pa.Table:
+    n = len(starts)
+    return pa.table(
+        {
+            "account_id": accounts,
+            "plan": _repeat(plan, n),
+            "pool": _repeat(pool.id, n),
+            "period_start": starts.astype("datetime64[D]"),
+            "period_end": period_end(starts.astype("datetime64[D]"), pool.period),
+            "allowance": np.full(n, pool.allowance_tokens, np.int64),
+            "used": used.astype(np.int64),
+            "remaining": pool.allowance_tokens - used.astype(np.int64),
+            "exhausted_at": exhausted,
+        }
+    )
+
+
+def empty_balances() -> pa.Table:
+    return BALANCE_SCHEMA.empty_table()
+
+
+def balances_at(balances: pa.Table, first: dt.date, last: dt.date) -> pa.Table:
+    """Each balance key's state at the end of every local day from ``first`` to ``last`` whose next
+    day is still in the key's period: its latest row on or before that day (``local_day`` = the day).
+    Keys without an event by then have no row: a later run starts them at zero."""
+    if balances.num_rows == 0:
+        return empty_balances()
+    keys = ["account_id", "plan", "pool", "period_start"]
+    rows = balances.take(pc.sort_indices(balances, [(k, "ascending") for k in [*keys, "local_day"]]))
+    day = rows["local_day"].to_numpy().astype("datetime64[D]")
+    same_key = np.ones(rows.num_rows, bool)
+    for k in keys:
+        v = rows[k].combine_chunks()
+        same_key[:-1] &= pc.equal(v.slice(1), v.slice(0, len(v) - 1)).to_numpy(zero_copy_only=False)
+    same_key[-1] = False  # does the next row belong to the same key?
+    next_day = np.where(same_key, np.roll(day, -1), np.datetime64("9999-12-31"))
+    end = rows["period_end"].to_numpy().astype("datetime64[D]")
+    lo = np.maximum(day, np.datetime64(first, "D"))
+    hi = np.minimum(np.minimum(next_day, end) - 1, np.datetime64(last, "D"))
+    count = np.maximum((hi - lo).astype(np.int64) + 1, 0)
+    if count.sum() == 0:
+        return empty_balances()
+    at = np.repeat(np.arange(rows.num_rows), count)
+    step = np.arange(len(at)) - np.repeat(np.cumsum(count) - count, count)
+    out = rows.take(pa.array(at))
+    days = np.repeat(lo, count) + step
+    return out.set_column(
+        out.schema.get_field_index("local_day"), "local_day", pa.array(days).cast(pa.date32())
+    )
 
 
 def _repeat(value: str, n: int) -> pa.Array:

@@ -267,9 +267,12 @@ def quota_meter(
     s = _settings(ctx)
     argv = [*s.argv(), *_dates_argv(date, start, end), *(["--month", month] if month else []), *ctx.args]
     seconds: dict[str, float] = {}
+    notes: list[str] = []
     with _step("metering quota pools"):
-        counts = meter.run(argv, seconds)
+        counts = meter.run(argv, seconds, notes)
     out.print(", ".join(f"{name}: {n:,} rows" for name, n in counts.items()))
+    for note in notes:
+        out.print(note)
     out.print(f"Beam pipeline {seconds['pipeline']:.1f} s, warehouse load {seconds['load']:.1f} s")
 
 

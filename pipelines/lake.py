@@ -88,6 +88,16 @@ def list_files(directory: str, pattern: str = "*.parquet") -> list[str]:
     return sorted(m.path for m in result.metadata_list)
 
 
+def stamps(paths: list[str]) -> list[tuple[str, int, float]]:
+    """(path, size, modification time) of each file: what changes when a file is rewritten."""
+    if not paths:
+        return []
+    if is_local(paths[0]):
+        return [(p, (st := os.stat(p)).st_size, st.st_mtime_ns) for p in paths]
+    found = FileSystems.match(paths)
+    return [(m.path, m.size_in_bytes, m.last_updated_in_seconds) for r in found for m in r.metadata_list]
+
+
 def partition_dates(lake: str, dataset: str) -> list[dt.date]:
     """The dates that have a committed partition of ``dataset``."""
     root = join(lake, dataset)

@@ -12,12 +12,22 @@ on later data. Metering a period day by day or all at once therefore gives the s
 Shape (runner-portable, like ingest): read row groups, attach plan and local day, spill by account
 shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
 (vectorized), stage the outputs; the driver loads them in one transaction.
+
+Starting from balances: every run also leaves, per metered date, each open balance key's state at
+the end of that day (lake ``pool_state/date=D``) with a stamp of what it was computed from (the
+catalog's plans, the accounts, the event files that can hold events of its periods). A run whose
+first date's eve has a state with a stamp that still matches reads only its own dates' events and
+starts each key from that balance: the same rows as reading from the period starts, without the
+month-to-date window. Any difference in the stamp (a late event rewrote a partition, an account
+changed plan, the catalog changed) means reading from the period starts, as before.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
+import logging
 import time
 import uuid
 
@@ -29,7 +39,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import and_, delete, select
 
 from billing.pricing import rate_from
-from billing.quota import AccountIndex, allocate, attach_accounts, period_start
+from billing.quota import (
+    BALANCE_SCHEMA,
+    AccountIndex,
+    allocate,
+    attach_accounts,
+    balances_at,
+    period_start,
+)
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
 from pipelines.dedup import HASH, runs, shard_segments, stable_hash
@@ -37,9 +54,13 @@ from pipelines.errors import UsageBillingError
 from pipelines.locks import database_lock
 from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
+from schemas.events import LAKE_SCHEMA
 from schemas.warehouse import Account, BillableUsage, MeteredDay, PoolUsage
 
 ALLOCATIONS = "allocations"
+POOL_STATE = "pool_state"
+STATE_STAMP = "_stamp.json"
+STATE_VERSION = 1  # bump when the allocation rule changes: older states are then not used
 SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
 COLUMNS = [
     "event_id",
@@ -51,6 +72,12 @@ COLUMNS = [
     "cached_input_tokens",
     "output_tokens",
 ]
+# What ReadAndSpill hands to AllocateShard: the columns above, the local day and plan, the shard hash.
+log = logging.getLogger(__name__)
+SPILL_SCHEMA = pa.schema(
+    [LAKE_SCHEMA.field(c).remove_metadata() for c in COLUMNS]
+    + [pa.field("local_day", pa.date32()), pa.field("plan", pa.string()), pa.field(HASH, pa.uint64())]
+)
 
 
 class MeterOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
@@ -91,24 +118,45 @@ class ReadAndSpill(beam.DoFn):
     """A unit of row groups -> events with plan and local day, up to the last metered date, spilled
     by shard."""
 
-    def __init__(self, accounts: pa.Table, last: dt.date, stage_root: str, shards: int) -> None:
+    def __init__(
+        self, accounts: pa.Table, last: dt.date, stage_root: str, shards: int, since: dt.date | None = None
+    ) -> None:
         self.accounts, self.last, self.spill_root = accounts, last, lake.join(stage_root, "_spill")
-        self.shards = shards
+        self.shards, self.since = shards, since
 
     def setup(self) -> None:
         self.index = AccountIndex(self.accounts)
 
     def process(self, unit: lake.Unit):  # type: ignore[no-untyped-def]
         events = attach_accounts(lake.read_unit(unit, COLUMNS), self.index)
-        events = events.filter(pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32())))
-        events = events.append_column(HASH, pa.array(stable_hash(events["account_id"]), pa.uint64()))
-        table, segments = shard_segments(events, self.shards)
-        if not segments:
-            return
-        spill = lake.join(self.spill_root, hashlib.sha1(repr(unit).encode()).hexdigest()[:20] + ".arrow")
-        ranges = lake.write_ipc_segments(spill, table, [(o, n) for _, o, n in segments])
-        for (shard, _, _), (first, end) in zip(segments, ranges, strict=True):
-            yield shard, (spill, first, end)
+        keep = pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32()))
+        if self.since is not None:  # starting from balances: the days before are in them
+            keep = pc.and_(keep, pc.greater_equal(events["local_day"], pa.scalar(self.since, pa.date32())))
+        yield from spill_by_account(events.filter(keep), self.spill_root, repr(unit), self.shards, "events")
+
+
+class SpillState(beam.DoFn):
+    """A file of the balances a run starts from -> spilled by the same account shards as the events."""
+
+    def __init__(self, stage_root: str, shards: int) -> None:
+        self.spill_root, self.shards = lake.join(stage_root, "_spill"), shards
+
+    def process(self, path: str):  # type: ignore[no-untyped-def]
+        state = lake.read_parquet(path).select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
+        yield from spill_by_account(state, self.spill_root, path, self.shards, "state")
+
+
+def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, kind: str):  # type: ignore[no-untyped-def]
+    """Write ``table`` as one Arrow IPC file, one record batch range per account shard; yields
+    (shard, (kind, file, first batch, end batch))."""
+    table = table.append_column(HASH, pa.array(stable_hash(table["account_id"]), pa.uint64()))
+    table, segments = shard_segments(table, shards)
+    if not segments:
+        return
+    spill = lake.join(spill_root, hashlib.sha1(f"{kind}:{name}".encode()).hexdigest()[:20] + ".arrow")
+    ranges = lake.write_ipc_segments(spill, table, [(o, n) for _, o, n in segments])
+    for (shard, _, _), (first, end) in zip(segments, ranges, strict=True):
+        yield shard, (kind, spill, first, end)
 
 
 class AllocateShard(beam.DoFn):
@@ -119,10 +167,16 @@ class AllocateShard(beam.DoFn):
 
     def process(self, element):  # type: ignore[no-untyped-def]
         shard, refs = element
-        parts = [lake.read_ipc_batches(path, first, end) for path, first, end in refs]
-        events = pa.concat_tables(parts).combine_chunks()
+        parts: dict[str, list[pa.Table]] = {"events": [], "state": []}
+        for kind, path, first, end in refs:
+            parts[kind].append(lake.read_ipc_batches(path, first, end))
+        if parts["events"]:
+            events = pa.concat_tables(parts["events"]).combine_chunks()
+        else:  # only balances carried over: their pool rows and states still come out
+            events = SPILL_SCHEMA.empty_table()
+        state = pa.concat_tables(parts["state"]) if parts["state"] else None
         del parts
-        result = allocate(events, self.catalog)
+        result = allocate(events, self.catalog, state)
         day = events["local_day"]
         in_range = pc.and_(
             pc.greater_equal(day, pa.scalar(self.first, pa.date32())),
@@ -158,14 +212,18 @@ class AllocateShard(beam.DoFn):
                 "tokens": draws["tokens"],
             }
         ).filter(in_range.take(idx))
-        # Allocation records go straight to their staged partitions: the driver never holds them all.
-        # Stable sort by day, then one slice per day (not one scan of the records per day).
-        records = records.take(pc.sort_indices(records["local_day"]))
-        days = records["local_day"].to_numpy().astype("datetime64[D]")
-        for start, end in runs(days):
-            staged = lake.partition(lake.join(self.stage_root, "_commit"), ALLOCATIONS, days[start].item())
-            lake.write_parquet(lake.join(staged, name), records.slice(start, end - start))
+        self._by_day(records, ALLOCATIONS, name)
+        self._by_day(balances_at(result.balances, self.first, self.last), POOL_STATE, name)
         yield shard
+
+    def _by_day(self, rows: pa.Table, dataset: str, name: str) -> None:
+        """Rows straight to their staged day partitions (the driver never holds them all): a stable
+        sort by day, then one slice per day (not one scan of the rows per day)."""
+        rows = rows.take(pc.sort_indices(rows["local_day"]))
+        days = rows["local_day"].to_numpy().astype("datetime64[D]")
+        for start, end in runs(days):
+            staged = lake.partition(lake.join(self.stage_root, "_commit"), dataset, days[start].item())
+            lake.write_parquet(lake.join(staged, name), rows.slice(start, end - start))
 
 
 def billable_rows(
@@ -237,15 +295,28 @@ class MeterQuota(beam.PTransform):
         last: dt.date,
         stage: str,
         shards: int = 8,
+        state_files: list[str] | None = None,
     ) -> None:
+        """``state_files``: the balances at the end of the day before ``first`` to start from (then
+        only events of ``first`` .. ``last`` are read); None: read from the period starts."""
         super().__init__()
         self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
-        self.shards = shards
+        self.shards, self.state_files = shards, state_files
 
     def expand(self, units):  # type: ignore[no-untyped-def]
+        since = None if self.state_files is None else self.first
+        refs = units | "ReadAndSpill" >> beam.ParDo(
+            ReadAndSpill(self.accounts, self.last, self.stage, self.shards, since)
+        )
+        if self.state_files:
+            state = (
+                units.pipeline
+                | "StateFiles" >> beam.Create(self.state_files)
+                | "SpillState" >> beam.ParDo(SpillState(self.stage, self.shards))
+            )
+            refs = (refs, state) | "EventsAndState" >> beam.Flatten()
         return (
-            units
-            | "ReadAndSpill" >> beam.ParDo(ReadAndSpill(self.accounts, self.last, self.stage, self.shards))
+            refs
             | "GroupByAccountShard" >> beam.GroupByKey()
             | "AllocateShard" >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage))
         )
@@ -274,23 +345,38 @@ def _staged(stage: str, name: str) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
-def run(argv: list[str] | None = None, seconds: dict[str, float] | None = None) -> dict[str, int]:
+def run(
+    argv: list[str] | None = None,
+    seconds: dict[str, float] | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, int]:
     """Meter the local dates; returns row counts loaded. ``seconds``, if given, receives the wall
-    time of the Beam pipeline ("pipeline") and of the warehouse load and lake commit ("load")."""
+    time of the Beam pipeline ("pipeline") and of the warehouse load and lake commit ("load");
+    ``notes``, if given, what the run started from when it used stored balances."""
     options = pipeline_options(argv, threads=True)
     opts = options.view_as(MeterOptions)
     with database_lock(opts.database_url, "quota meter"):
-        return _run(options, opts, {} if seconds is None else seconds)
+        return _run(options, opts, {} if seconds is None else seconds, [] if notes is None else notes)
 
 
-def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str]) -> dict[str, int]:  # type: ignore[no-untyped-def]
     dates = meter_dates(opts)
     first, last = dates[0], dates[-1]
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
     accounts = load_accounts_table(engine)
-    lo, hi = read_window(dates, catalog)
+    stamps = StateStamps(opts.lake, catalog, accounts)
+    # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
+    # them stale rather than wrong.
+    new_stamps = {day: stamps.of(day) for day in dates}
+    state_files = usable_state(opts.lake, first - dt.timedelta(days=1), stamps)
+    if state_files is None:
+        lo, hi = read_window(dates, catalog)
+    else:  # local days first .. last lie in UTC days first - 1 .. last + 1
+        lo, hi = first - dt.timedelta(days=1), last + dt.timedelta(days=1)
+        notes.append(f"started from the pool balances at the end of {first - dt.timedelta(days=1)}")
+        log.info("quota meter %s..%s: %s", first, last, notes[-1])
     utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
     run_id = opts.run_id or f"meter-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     for dead in lake.stages_of(opts.lake, "quota meter"):  # left by a killed run (we hold the step's lock)
@@ -304,7 +390,8 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, in
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units)
-                | "MeterQuota" >> MeterQuota(catalog, accounts, first, last, stage, shard_count(units))
+                | "MeterQuota"
+                >> MeterQuota(catalog, accounts, first, last, stage, shard_count(units), state_files)
             )
         seconds["pipeline"] = time.perf_counter() - began
         began = time.perf_counter()
@@ -326,7 +413,11 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, in
             conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
             if pools is not None:
                 insert_arrow(conn, pt, pools)
-        allocations = _commit_allocations(opts.lake, stage, run_id, dates)
+        allocations = _commit_days(opts.lake, stage, run_id, dates, ALLOCATIONS)
+        for day, stamp in new_stamps.items():
+            staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
+            lake.write_json(lake.join(staged, STATE_STAMP), stamp)
+        _commit_days(opts.lake, stage, run_id, dates, POOL_STATE)
         seconds["load"] = time.perf_counter() - began
     finally:
         lake.discard(stage)
@@ -338,12 +429,59 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float]) -> dict[str, in
     }
 
 
-def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.date]) -> int:
-    """One partition per local day: the day's allocation records (one file per shard, staged by the
-    pipeline) replace the previous ones; a day without records commits an empty partition."""
+def _commit_days(lake_root: str, stage: str, run_id: str, dates: list[dt.date], dataset: str) -> int:
+    """One partition per local day: the day's rows (one file per shard, staged by the pipeline)
+    replace the previous ones; a day without rows commits an empty partition. Returns the rows."""
     rows = 0
     for day in dates:
-        staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
+        staged = lake.partition(lake.join(stage, "_commit"), dataset, day)
         rows += sum(lake.open_parquet(f).metadata.num_rows for f in lake.list_files(staged))
-        lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
+        lake.commit(staged, lake.partition(lake_root, dataset, day), run_id)
     return rows
+
+
+class StateStamps:
+    """What the balances at the end of a local day were computed from: the allocation rule's version,
+    the catalog's plans, the accounts, and the event files of the UTC days that can hold events of
+    the pool periods going on the next day. Equal stamps: the state is still right."""
+
+    def __init__(self, lake_root: str, catalog: Catalog, accounts: pa.Table) -> None:
+        self.lake_root, self.catalog = lake_root, catalog
+        plans = [plan.model_dump(mode="json") for plan in catalog.plans]
+        ordered = accounts.sort_by([(c, "ascending") for c in accounts.column_names])
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, ordered.schema) as writer:
+            writer.write_table(ordered)
+        self.base = {
+            "version": STATE_VERSION,
+            "plans": hashlib.sha256(json.dumps(plans, sort_keys=True).encode()).hexdigest(),
+            "accounts": hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest(),
+        }
+        self._days: dict[dt.date, str] = {}
+
+    def _files(self, day: dt.date) -> str:
+        if day not in self._days:
+            folder = lake.partition(self.lake_root, lake.EVENTS, day)
+            listing = [
+                (p.rsplit("/", 1)[-1], size, mtime) for p, size, mtime in lake.stamps(lake.list_files(folder))
+            ]
+            self._days[day] = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+        return self._days[day]
+
+    def of(self, day: dt.date) -> dict:
+        lo, hi = read_window([day + dt.timedelta(days=1)], self.catalog)
+        events = [self._files(lo + dt.timedelta(days=i)) for i in range((hi - lo).days + 1)]
+        return {
+            **self.base,
+            "day": day.isoformat(),
+            "events": hashlib.sha256("".join(events).encode()).hexdigest(),
+        }
+
+
+def usable_state(lake_root: str, day: dt.date, stamps: StateStamps) -> list[str] | None:
+    """The files of the balances at the end of ``day`` if their stamp still matches, else None."""
+    folder = lake.partition(lake_root, POOL_STATE, day)
+    marker = lake.join(folder, STATE_STAMP)
+    if not lake.exists(marker) or lake.read_json(marker) != stamps.of(day):
+        return None
+    return lake.list_files(folder)

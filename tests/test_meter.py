@@ -19,7 +19,7 @@ from pipelines import ingest, lake, meter
 from pipelines.accounts import load_accounts
 from pipelines.jobs import date_args
 from pipelines.warehouse import make_engine, upgrade
-from schemas.warehouse import BillableUsage, PoolUsage
+from schemas.warehouse import Account, BillableUsage, PoolUsage
 from tests.conftest import small_dates, table_rows
 
 
@@ -69,9 +69,62 @@ def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingest
     engine = make_engine(other.database_url)
     upgrade(engine)
     load_accounts(engine, Path(ingested.landing) / "accounts.csv", catalog)
+    started = []
     for day in dates:
-        _meter(other, [day])
+        notes: list[str] = []
+        meter.run([*other.argv(), *date_args([day])], notes=notes)
+        started.append(notes)
+    # After the first day each run starts from the balances the day before left (nothing changed).
+    assert started[0] == [] and all(
+        n == [f"started from the pool balances at the end of {d - dt.timedelta(days=1)}"]
+        for n, d in zip(started[1:], dates[1:], strict=True)
+    )
     assert (table_rows(other.database_url, BillableUsage), table_rows(other.database_url, PoolUsage)) == once
+
+
+def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalog, tmp_path):
+    """A rewritten event file of the period, another plan for an account, or another catalog: the
+    run reads from the period starts again, and gives the rows of a run from scratch."""
+    import os
+
+    dates = small_dates()
+    _meter(ingested, dates[:1])
+
+    def started(settings=ingested, config=None) -> bool:  # type: ignore[no-untyped-def]
+        notes: list[str] = []
+        argv = [*settings.argv(), *date_args(dates[1:2])]
+        if config is not None:
+            argv[argv.index("--config") + 1] = str(config)
+        meter.run(argv, notes=notes)
+        return bool(notes)
+
+    assert started()
+    state = lake.partition(ingested.lake, meter.POOL_STATE, dates[0])
+    assert lake.list_files(state) and lake.exists(lake.join(state, meter.STATE_STAMP))
+    rows = _outputs(ingested)
+
+    path = lake.list_files(lake.partition(ingested.lake, lake.EVENTS, dates[0]))[0]
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1))  # rewritten
+    assert not started()
+    assert _outputs(ingested) == rows
+    _meter(ingested, dates[:1])  # a fresh state for the day
+    assert started()
+
+    engine = make_engine(ingested.database_url)
+    with engine.begin() as conn:  # one account moves to another plan
+        a = Account.__table__
+        one = conn.execute(select(a.c.account_id, a.c.plan).where(a.c.plan.is_not(None))).first()
+        other_plan = next(p.id for p in catalog.plans if p.id != one.plan)
+        conn.execute(a.update().where(a.c.account_id == one.account_id).values(plan=other_plan))
+    assert not started()
+
+    _meter(ingested, dates[:1])
+    assert started()
+    text = Path(ingested.config).read_text()
+    changed = tmp_path / "catalog.toml"
+    changed.write_text(text.replace("allowance_tokens = 400_000", "allowance_tokens = 300_000", 1))
+    assert changed.read_text() != text
+    assert not started(config=changed)
 
 
 def test_the_shard_count_follows_the_window_and_changes_no_row(ingested, tmp_path, catalog, monkeypatch):

@@ -7,11 +7,12 @@ from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.quota import allocate, local_dates, period_start, split_pro_rata
+from billing.quota import allocate, balances_at, local_dates, period_start, split_pro_rata
 from schemas.catalog import parse_catalog
 
 CATALOG = parse_catalog(
@@ -184,6 +185,51 @@ def event_lists(draw):  # type: ignore[no-untyped-def]
 @given(event_lists())
 def test_vectorized_allocation_equals_the_reference(events):
     _check(events)
+
+
+def _by_key(table: pa.Table) -> dict:
+    return {
+        (r["account_id"], r["plan"], r["pool"], r["period_start"]): (r["used"], r["exhausted_at"])
+        for r in table.to_pylist()
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(event_lists(), st.integers(0, 16), st.integers(0, 3))
+def test_starting_from_the_balances_of_a_day_equals_metering_every_event(events, cut, more):
+    """A run that starts from the balances at the end of a local day and meters only the later days
+    gives those days' events, draws and pool rows exactly as one run over every event does."""
+    split = dt.date(2026, 3, 25) + dt.timedelta(days=cut)  # the last day of the first run
+    last = max(e["local_day"] for e in events) + dt.timedelta(days=more)
+    before = [e for e in events if e["local_day"] <= split]
+    after = [e for e in events if e["local_day"] > split]
+    whole = allocate(_table(events), CATALOG)
+    state = balances_at(allocate(_table(before), CATALOG).balances, split, split)
+    # The state holds the keys whose period goes on after the split day, each at its balance then.
+    assert all(r["period_start"] <= split < r["period_end"] for r in state.to_pylist())
+    assert set(state["local_day"].to_pylist()) <= {split}
+    rest = allocate(_table(after), CATALOG, state)
+    index = {e["event_id"]: i for i, e in enumerate(events)}
+    for j, e in enumerate(after):
+        assert rest.included[j].tolist() == whole.included[index[e["event_id"]]].tolist(), e
+        assert rest.overage[j].tolist() == whole.overage[index[e["event_id"]]].tolist(), e
+    # Pool rows of every period that goes on after the split day: the same used and exhausted_at.
+    ongoing = whole.pools.filter(pc.greater(whole.pools["period_end"], pa.scalar(split, pa.date32())))
+    assert _by_key(rest.pools) == _by_key(ongoing)
+    draws = [(events[d["event_index"]]["event_id"], d["pool"], d["tokens"]) for d in whole.draws.to_pylist()]
+    late = {e["event_id"] for e in after}
+    rest_draws = [
+        (after[d["event_index"]]["event_id"], d["pool"], d["tokens"]) for d in rest.draws.to_pylist()
+    ]
+    assert sorted(rest_draws) == sorted(d for d in draws if d[0] in late)
+    # The balances of each later day are the same whichever way they were reached.
+    assert _by_day(balances_at(rest.balances, split + dt.timedelta(days=1), last)) == _by_day(
+        balances_at(whole.balances, split + dt.timedelta(days=1), last)
+    )
+
+
+def _by_day(table: pa.Table) -> set:
+    return {tuple(r.values()) for r in table.to_pylist()}
 
 
 def test_split_is_exact_and_prefers_largest_remainders_then_kind_order():
