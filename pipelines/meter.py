@@ -162,8 +162,12 @@ def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, k
 class AllocateShard(beam.DoFn):
     """All events of a shard's accounts -> staged billable usage, pool balances and allocation records."""
 
-    def __init__(self, catalog: Catalog, first: dt.date, last: dt.date, stage_root: str) -> None:
+    def __init__(
+        self, catalog: Catalog, first: dt.date, last: dt.date, stage_root: str, state_last: dt.date | None
+    ) -> None:
+        """``state_last``: the last date whose end-of-day balances to stage (None: none)."""
         self.catalog, self.first, self.last, self.stage_root = catalog, first, last, stage_root
+        self.state_last = state_last
 
     def process(self, element):  # type: ignore[no-untyped-def]
         shard, refs = element
@@ -213,7 +217,8 @@ class AllocateShard(beam.DoFn):
             }
         ).filter(in_range.take(idx))
         self._by_day(records, ALLOCATIONS, name)
-        self._by_day(balances_at(result.balances, self.first, self.last), POOL_STATE, name)
+        if self.state_last is not None:
+            self._by_day(balances_at(result.balances, self.first, self.state_last), POOL_STATE, name)
         yield shard
 
     def _by_day(self, rows: pa.Table, dataset: str, name: str) -> None:
@@ -296,12 +301,13 @@ class MeterQuota(beam.PTransform):
         stage: str,
         shards: int = 8,
         state_files: list[str] | None = None,
+        state_last: dt.date | None = None,
     ) -> None:
         """``state_files``: the balances at the end of the day before ``first`` to start from (then
         only events of ``first`` .. ``last`` are read); None: read from the period starts."""
         super().__init__()
         self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
-        self.shards, self.state_files = shards, state_files
+        self.shards, self.state_files, self.state_last = shards, state_files, state_last
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         since = None if self.state_files is None else self.first
@@ -318,7 +324,8 @@ class MeterQuota(beam.PTransform):
         return (
             refs
             | "GroupByAccountShard" >> beam.GroupByKey()
-            | "AllocateShard" >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage))
+            | "AllocateShard"
+            >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_last))
         )
 
 
@@ -369,7 +376,13 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
     stamps = StateStamps(opts.lake, catalog, accounts)
     # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
     # them stale rather than wrong.
-    new_stamps = {day: stamps.of(day) for day in dates}
+    # A date's balances can only be used until the next UTC day's events arrive (they change its
+    # stamp): none are kept for dates whose next day has no events yet.
+    new_stamps = {
+        day: stamps.of(day)
+        for day in dates
+        if lake.exists(lake.partition(opts.lake, lake.EVENTS, day + dt.timedelta(days=1)))
+    }
     state_files = usable_state(opts.lake, first - dt.timedelta(days=1), stamps)
     if state_files is None:
         lo, hi = read_window(dates, catalog)
@@ -391,7 +404,16 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
                 p
                 | "ReadUnits" >> beam.Create(units)
                 | "MeterQuota"
-                >> MeterQuota(catalog, accounts, first, last, stage, shard_count(units), state_files)
+                >> MeterQuota(
+                    catalog,
+                    accounts,
+                    first,
+                    last,
+                    stage,
+                    shard_count(units),
+                    state_files,
+                    max(new_stamps, default=None),
+                )
             )
         seconds["pipeline"] = time.perf_counter() - began
         began = time.perf_counter()
@@ -414,9 +436,12 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
             if pools is not None:
                 insert_arrow(conn, pt, pools)
         allocations = _commit_days(opts.lake, stage, run_id, dates, ALLOCATIONS)
-        for day, stamp in new_stamps.items():
+        for day in dates:  # a date without a stamp commits an empty partition: no state
             staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
-            lake.write_json(lake.join(staged, STATE_STAMP), stamp)
+            if day in new_stamps:
+                lake.write_json(lake.join(staged, STATE_STAMP), new_stamps[day])
+            else:
+                lake.discard(staged)
         _commit_days(opts.lake, stage, run_id, dates, POOL_STATE)
         seconds["load"] = time.perf_counter() - began
     finally:

@@ -126,6 +126,12 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
     assert changed.read_text() != text
     assert not started(config=changed)
 
+    # No balances are kept for a date whose next UTC day has no events yet: its stamp would change.
+    _meter(ingested, dates[-1:])
+    after = dates[-1] + dt.timedelta(days=1)
+    assert not lake.list_files(lake.partition(ingested.lake, lake.EVENTS, after))
+    assert not lake.list_files(lake.partition(ingested.lake, meter.POOL_STATE, dates[-1]), "*")
+
 
 def test_the_shard_count_follows_the_window_and_changes_no_row(ingested, tmp_path, catalog, monkeypatch):
     """A run's account shards come from its window's size; many small shards give the rows one gives."""
