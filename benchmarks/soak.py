@@ -198,6 +198,32 @@ def _check(db: Path, lake: Path, gen: dict) -> tuple[list[str], list[str]]:
     return lines, failed
 
 
+def _remeter_from_scratch(
+    workdir: Path, landing: Path, db: Path, runs: int, resumed: int
+) -> tuple[str, bool]:
+    """The whole metered range again in a fresh warehouse, from the period starts: billable_usage and
+    pool_usage must equal what the daily runs (most from stored balances) left."""
+    fresh = workdir / "from-scratch.db"
+    base = cli(fresh, workdir / "lake", landing)
+    run_measured([*base, "db", "upgrade"])
+    run_measured([*base, "accounts", "load", str(landing / "accounts.csv")])
+    con = sqlite3.connect(db)
+    lo, hi = con.execute("SELECT min(local_day), max(local_day) FROM billable_usage").fetchone()
+    _, _, out = run_measured([*base, "quota", "meter", "--from", lo, "--to", hi])
+    assert "started from" not in out, out
+    same = []
+    for table in ("billable_usage", "pool_usage", "metered_days"):
+        rows = [sorted(sqlite3.connect(d).execute(f"SELECT * FROM {table}").fetchall()) for d in (db, fresh)]
+        same.append(rows[0] == rows[1] and len(rows[0]) > 0)
+    detail = (
+        f"{resumed} of {runs} daily metering runs started from stored balances; billable_usage, "
+        f"pool_usage, metered_days equal to one run over {lo}..{hi}"
+    )
+    return f"| metered day by day = metered at once | {detail} | {'holds' if all(same) else 'BROKEN'} |", all(
+        same
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=int, default=30)
@@ -213,13 +239,20 @@ def main() -> None:
     run_measured([*base, "db", "upgrade"])
     run_measured([*base, "accounts", "load", str(gen["landing"] / "accounts.csv")])
     per_day = []
+    meter_runs = resumed = 0
     for i in range(args.days):
         day = START + dt.timedelta(days=i)
-        wall, rss, _ = run_measured([*base, "run-day", "--date", day.isoformat()])
+        wall, rss, out = run_measured([*base, "run-day", "--date", day.isoformat()])
         per_day.append((day, wall, rss))
+        meter_runs += out.count("metered ")
+        resumed += out.count("started from the pool balances")
         print(f"{day}: {wall:.1f} s, {rss:,.0f} MB", flush=True)
     run_measured([*base, "invoices", "draft", "--month", START.strftime("%Y-%m")])
     lines, failed = _check(db, lake, gen)
+    line, ok = _remeter_from_scratch(args.workdir, gen["landing"], db, meter_runs, resumed)
+    lines.append(line)
+    if not ok:
+        failed.append("metered day by day = metered at once")
 
     first = [r for _, _, r in per_day[:5]]
     settled = [r for _, _, r in per_day[5:10]]  # weekly pool windows and late-date spans are full now

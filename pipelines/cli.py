@@ -206,6 +206,8 @@ def run_day(
         )
     _print_ingest(result.ingest)
     out.print(f"aggregated {len(result.aggregated)} date(s): {', '.join(str(d) for d in result.aggregated)}")
+    for run in result.metered:
+        out.print(f"metered {run}")
 
 
 @dq_app.command("check")

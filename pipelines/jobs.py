@@ -24,6 +24,7 @@ Step = Callable[[str], None]  # progress callback: called with a step name when 
 class DayResult:
     ingest: ingest.IngestResult
     aggregated: list[dt.date] = field(default_factory=list)
+    metered: list[str] = field(default_factory=list)  # per metering run: its dates, what it started from
 
 
 def date_args(dates: list[dt.date]) -> list[str]:
@@ -126,9 +127,12 @@ def ingest_and_aggregate(
     for run_dates in contiguous(runnable):
         aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
     step("meter")
+    metered = []
     for run_dates in contiguous(meter_dates_for(runnable, settings.catalog)):
-        meter.run([*settings.argv(), *date_args(run_dates), *beam_args])
+        notes: list[str] = []
+        meter.run([*settings.argv(), *date_args(run_dates), *beam_args], notes=notes)
+        metered.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in notes))
     dequeue(engine, queue, runnable)
     engine.dispose()
     quality.require_passed(reports, settings.lake)
-    return DayResult(result, runnable)
+    return DayResult(result, runnable, metered)
