@@ -68,8 +68,18 @@ def period_end(start: np.ndarray, period: str) -> np.ndarray:
 def split_pro_rata(total: np.ndarray, kinds: np.ndarray) -> np.ndarray:
     """Split ``total`` tokens of each row across its kinds (n x 3) pro rata, exactly.
 
-    Floor first; the leftover tokens go to the largest remainders, ties in kind order.
+    Floor first; the leftover tokens go to the largest remainders, ties in kind order. ``total`` is
+    usually at most the row's tokens: a row covered whole or not at all needs no arithmetic.
     """
+    whole = total == kinds.sum(axis=1)
+    out = np.where(whole[:, None], kinds, 0)
+    part = np.flatnonzero(~whole & (total > 0))
+    if len(part):
+        out[part] = _split(total[part], kinds[part])
+    return out
+
+
+def _split(total: np.ndarray, kinds: np.ndarray) -> np.ndarray:
     n = len(total)
     weight = kinds.sum(axis=1)
     safe = np.where(weight > 0, weight, 1)
