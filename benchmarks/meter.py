@@ -29,6 +29,7 @@ from benchmarks.common import ROOT, cli, command_line, machine, run_measured, wr
 
 START = dt.date(2026, 3, 2)
 DAYS = 28
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/{db}"
 MODES = {  # the default is one thread per core (up to 4): two threads here
     "1 thread": ["--", "--direct_num_workers=1"],
     "2 threads (default)": [],
@@ -68,10 +69,12 @@ def _generate(root: Path, events: int) -> tuple[int, int]:
     return table.num_rows, int(pc.max(largest).as_py())
 
 
-def _ours(root: Path, extra: list[str]) -> tuple[float, float, str]:
+def _ours(root: Path, extra: list[str], database_url: str | None = None) -> tuple[float, float, str]:
     db = root / "w.db"
     db.unlink(missing_ok=True)
     base = cli(db, root / "lake")
+    if database_url:  # another warehouse than the SQLite file
+        base[base.index("--database-url") + 1] = database_url
     run_measured([*base, "db", "upgrade"])
     run_measured([*base, "accounts", "load", str(root / "accounts.csv")])
     end = START + dt.timedelta(days=DAYS - 1)
@@ -83,6 +86,25 @@ def _ours(root: Path, extra: list[str]) -> tuple[float, float, str]:
     phases = re.search(r"Beam pipeline ([\d.]+) s, warehouse load ([\d.]+) s", out)
     assert billable and phases, out
     return wall, rss, f"{phases[1]} s | {phases[2]} s ({billable[1]} billable rows)"
+
+
+def _postgres(root: Path) -> tuple[float, float, str] | None:
+    """The default mode with a PostgreSQL warehouse (a database of its own, dropped after): the load
+    goes through COPY. None when no server answers on 127.0.0.1:5432."""
+    import psycopg
+
+    name = "ub_bench_meter"
+    try:
+        admin = psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True)
+    except psycopg.OperationalError:
+        return None
+    with admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+        try:
+            return _ours(root, [], POSTGRES.format(db=name))
+        finally:
+            admin.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
 def _daily(root: Path) -> list[str]:
@@ -159,6 +181,13 @@ def main() -> None:
             print(rows[-1], flush=True)
             walls[(n, mode)] = wall
         if size == max(args.sizes):
+            pg = _postgres(root)
+            if pg is not None:
+                wall, rss, phases = pg
+                rows.append(
+                    f"| {n:,} | usage-billing, 2 threads, PostgreSQL 15 warehouse (COPY) | {wall:.1f} s | {phases} | {n / wall:,.0f} | {rss:,.0f} MB | {largest:,} | {f'{n / wall / ref_rate:.0f}' if ref_rate else '-'} |"
+                )
+                print(rows[-1], flush=True)
             daily = _daily(root)
         shutil.rmtree(root, ignore_errors=True)
     body = "\n".join(rows)

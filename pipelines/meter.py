@@ -494,7 +494,9 @@ class StateStamps:
         return self._days[day]
 
     def of(self, day: dt.date) -> dict:
-        lo, hi = read_window([day + dt.timedelta(days=1)], self.catalog)
+        # UTC days from the earliest start of a period holding the next day (minus a day for zones
+        # east of UTC) to the next day (local ``day`` ends there west of UTC); no later one.
+        lo, hi = read_window([day + dt.timedelta(days=1)], self.catalog)[0], day + dt.timedelta(days=1)
         events = [self._files(lo + dt.timedelta(days=i)) for i in range((hi - lo).days + 1)]
         return {
             **self.base,

@@ -99,6 +99,11 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
         return bool(notes)
 
     assert started()
+    # A file two UTC days later holds no event of the state's days: the state stays usable (late
+    # events of the last days arrive every day).
+    later = lake.list_files(lake.partition(ingested.lake, lake.EVENTS, dates[2]))[0]
+    os.utime(later, ns=(os.stat(later).st_atime_ns, os.stat(later).st_mtime_ns + 1))
+    assert started()
     state = lake.partition(ingested.lake, meter.POOL_STATE, dates[0])
     assert lake.list_files(state) and lake.exists(lake.join(state, meter.STATE_STAMP))
     rows = _outputs(ingested)
