@@ -110,7 +110,11 @@ def _postgres(root: Path) -> tuple[float, float, str] | None:
 def _daily(root: Path) -> list[str]:
     """The last day metered alone, as a daily run does: from the balances the full run stored, and
     from the period starts (the stored balances moved away). Rows of the second table."""
-    base = cli(root / "w.db", root / "lake")
+    db = root / "w.db"
+    db.unlink(missing_ok=True)
+    base = cli(db, root / "lake")
+    run_measured([*base, "db", "upgrade"])
+    run_measured([*base, "accounts", "load", str(root / "accounts.csv")])
     day = (START + dt.timedelta(days=DAYS - 1)).isoformat()
     state, aside = root / "lake" / "pool_state", root / "pool_state.aside"
     rows = []

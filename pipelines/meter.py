@@ -375,9 +375,8 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
     accounts = load_accounts_table(engine)
     stamps = StateStamps(opts.lake, catalog, accounts)
     # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
-    # them stale rather than wrong.
-    # A date's balances can only be used until the next UTC day's events arrive (they change its
-    # stamp): none are kept for dates whose next day has no events yet.
+    # them stale rather than wrong. None for dates whose next UTC day has no events yet: their
+    # arrival would change the stamp anyway.
     new_stamps = {
         day: stamps.of(day)
         for day in dates
