@@ -438,7 +438,8 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
         for day in dates:  # a date without a stamp commits an empty partition: no state
             staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
             if day in new_stamps:
-                lake.write_json(lake.join(staged, STATE_STAMP), new_stamps[day])
+                stamp = {**new_stamps[day], "files": _file_rows(lake.list_files(staged))}
+                lake.write_json(lake.join(staged, STATE_STAMP), stamp)
             else:
                 lake.discard(staged)
         _commit_days(opts.lake, stage, run_id, dates, POOL_STATE)
@@ -505,9 +506,23 @@ class StateStamps:
 
 
 def usable_state(lake_root: str, day: dt.date, stamps: StateStamps) -> list[str] | None:
-    """The files of the balances at the end of ``day`` if their stamp still matches, else None."""
+    """The files of the balances at the end of ``day`` if their stamp still matches and they are all
+    there, else None."""
     folder = lake.partition(lake_root, POOL_STATE, day)
     marker = lake.join(folder, STATE_STAMP)
-    if not lake.exists(marker) or lake.read_json(marker) != stamps.of(day):
+    if not lake.exists(marker):
         return None
-    return lake.list_files(folder)
+    stamp = lake.read_json(marker)
+    files = lake.list_files(folder)
+    if (
+        not isinstance(stamp, dict)
+        or stamp.pop("files", None) != _file_rows(files)
+        or stamp != stamps.of(day)
+    ):
+        return None
+    return files
+
+
+def _file_rows(files: list[str]) -> dict[str, int]:
+    """File name -> rows: what a state's stamp says it holds (a lost or extra file makes it unusable)."""
+    return {f.rsplit("/", 1)[-1]: lake.open_parquet(f).metadata.num_rows for f in files}

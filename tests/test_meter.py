@@ -114,6 +114,10 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
     assert _outputs(ingested) == rows
     _meter(ingested, dates[:1])  # a fresh state for the day
     assert started()
+    os.remove(lake.list_files(state)[0])  # a state file lost: the others are not the state
+    assert not started()
+    _meter(ingested, dates[:1])
+    assert started()
 
     engine = make_engine(ingested.database_url)
     with engine.begin() as conn:  # one account moves to another plan
