@@ -512,13 +512,14 @@ def usable_state(lake_root: str, day: dt.date, stamps: StateStamps) -> list[str]
     marker = lake.join(folder, STATE_STAMP)
     if not lake.exists(marker):
         return None
-    stamp = lake.read_json(marker)
-    files = lake.list_files(folder)
-    if (
-        not isinstance(stamp, dict)
-        or stamp.pop("files", None) != _file_rows(files)
-        or stamp != stamps.of(day)
-    ):
+    try:
+        stamp = lake.read_json(marker)
+        files = lake.list_files(folder)
+        rows = _file_rows(files)
+    except (ValueError, OSError, pa.ArrowException, UsageBillingError) as exc:  # unreadable: no state
+        log.warning("not using the pool balances of %s: %s", day, exc)
+        return None
+    if not isinstance(stamp, dict) or stamp.pop("files", None) != rows or stamp != stamps.of(day):
         return None
     return files
 

@@ -118,6 +118,10 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
     assert not started()
     _meter(ingested, dates[:1])
     assert started()
+    for name, garbage in ((meter.STATE_STAMP, b"{not json"), (Path(lake.list_files(state)[0]).name, b"PAR1")):
+        _meter(ingested, dates[:1])
+        Path(state, name).write_bytes(garbage)  # unreadable: metered from the period starts
+        assert not started()
 
     engine = make_engine(ingested.database_url)
     with engine.begin() as conn:  # one account moves to another plan
