@@ -144,13 +144,10 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
     n = events.num_rows
     state = empty_balances() if state is None else state.select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
     # Accounts by code (their names in sorted order), so the sort compares integers first.
-    accounts = pc.unique(
-        pa.concat_arrays(
-            [events["account_id"].combine_chunks().cast(pa.string()), state["account_id"].combine_chunks()]
-        )
-    )
+    account_ids = events["account_id"].combine_chunks().cast(pa.string())
+    accounts = pc.unique(pa.concat_arrays([account_ids, state["account_id"].combine_chunks()]))
     accounts = accounts.take(pc.sort_indices(accounts))
-    codes = pc.index_in(events["account_id"], value_set=accounts)
+    codes = pc.index_in(account_ids, value_set=accounts)
     keyed = pa.table({"account": codes, "time": events["event_time"], "id": events["event_id"]})
     order = pc.sort_indices(
         keyed, [("account", "ascending"), ("time", "ascending"), ("id", "ascending")]
