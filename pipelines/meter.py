@@ -61,6 +61,7 @@ ALLOCATIONS = "allocations"
 POOL_STATE = "pool_state"
 STATE_STAMP = "_stamp.json"
 STATE_VERSION = 1  # bump when the allocation rule changes: older states are then not used
+STATE_DAYS = 8  # the last dates of a run whose balances are kept (see state_dates)
 SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
 COLUMNS = [
     "event_id",
@@ -163,11 +164,16 @@ class AllocateShard(beam.DoFn):
     """All events of a shard's accounts -> staged billable usage, pool balances and allocation records."""
 
     def __init__(
-        self, catalog: Catalog, first: dt.date, last: dt.date, stage_root: str, state_last: dt.date | None
+        self,
+        catalog: Catalog,
+        first: dt.date,
+        last: dt.date,
+        stage_root: str,
+        state_days: frozenset[dt.date] = frozenset(),
     ) -> None:
-        """``state_last``: the last date whose end-of-day balances to stage (None: none)."""
+        """``state_days``: the dates whose end-of-day balances to stage."""
         self.catalog, self.first, self.last, self.stage_root = catalog, first, last, stage_root
-        self.state_last = state_last
+        self.state_days = state_days
 
     def process(self, element):  # type: ignore[no-untyped-def]
         shard, refs = element
@@ -217,8 +223,10 @@ class AllocateShard(beam.DoFn):
             }
         ).filter(in_range.take(idx))
         self._by_day(records, ALLOCATIONS, name)
-        if self.state_last is not None:
-            self._by_day(balances_at(result.balances, self.first, self.state_last), POOL_STATE, name)
+        if self.state_days:
+            states = balances_at(result.balances, self.first, max(self.state_days))
+            keep = pc.is_in(states["local_day"], value_set=pa.array(sorted(self.state_days), pa.date32()))
+            self._by_day(states.filter(keep), POOL_STATE, name)
         yield shard
 
     def _by_day(self, rows: pa.Table, dataset: str, name: str) -> None:
@@ -301,13 +309,13 @@ class MeterQuota(beam.PTransform):
         stage: str,
         shards: int = 8,
         state_files: list[str] | None = None,
-        state_last: dt.date | None = None,
+        state_days: frozenset[dt.date] = frozenset(),
     ) -> None:
         """``state_files``: the balances at the end of the day before ``first`` to start from (then
         only events of ``first`` .. ``last`` are read); None: read from the period starts."""
         super().__init__()
         self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
-        self.shards, self.state_files, self.state_last = shards, state_files, state_last
+        self.shards, self.state_files, self.state_days = shards, state_files, state_days
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         since = None if self.state_files is None else self.first
@@ -325,7 +333,7 @@ class MeterQuota(beam.PTransform):
             refs
             | "GroupByAccountShard" >> beam.GroupByKey()
             | "AllocateShard"
-            >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_last))
+            >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_days))
         )
 
 
@@ -375,13 +383,8 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
     accounts = load_accounts_table(engine)
     stamps = StateStamps(opts.lake, catalog, accounts)
     # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
-    # them stale rather than wrong. None for dates whose next UTC day has no events yet: their
-    # arrival would change the stamp anyway.
-    new_stamps = {
-        day: stamps.of(day)
-        for day in dates
-        if lake.exists(lake.partition(opts.lake, lake.EVENTS, day + dt.timedelta(days=1)))
-    }
+    # them stale rather than wrong.
+    new_stamps = {day: stamps.of(day) for day in state_dates(opts.lake, dates)}
     state_files = usable_state(opts.lake, first - dt.timedelta(days=1), stamps)
     if state_files is None:
         lo, hi = read_window(dates, catalog)
@@ -411,7 +414,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
                     stage,
                     shard_count(units),
                     state_files,
-                    max(new_stamps, default=None),
+                    frozenset(new_stamps),
                 )
             )
         seconds["pipeline"] = time.perf_counter() - began
@@ -503,6 +506,19 @@ class StateStamps:
             "day": day.isoformat(),
             "events": hashlib.sha256("".join(events).encode()).hexdigest(),
         }
+
+
+def state_dates(lake_root: str, dates: list[dt.date]) -> list[dt.date]:
+    """The dates whose end-of-day balances a run keeps: where a later run can start. Only dates whose
+    next UTC day has events (until those arrive, the stamp is bound to change); of those, the last
+    ``STATE_DAYS`` (a daily run starts the day before its earliest late event) and each month's last
+    day (``--month``). Not every day of a long backfill: one small file per shard and date."""
+    ready = [
+        d for d in dates if lake.exists(lake.partition(lake_root, lake.EVENTS, d + dt.timedelta(days=1)))
+    ]
+    return [
+        d for i, d in enumerate(ready) if i >= len(ready) - STATE_DAYS or (d + dt.timedelta(days=1)).day == 1
+    ]
 
 
 def usable_state(lake_root: str, day: dt.date, stamps: StateStamps) -> list[str] | None:

@@ -319,3 +319,17 @@ def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
         [*full.argv(), "--from", (dates[0] - dt.timedelta(days=1)).isoformat(), "--to", last.isoformat()]
     )
     assert incremental == table_rows(full.database_url, BillableUsage)
+
+
+def test_balances_are_kept_for_the_last_days_with_data_and_month_ends(tmp_path):
+    """Where a later run can start: the last days whose next UTC day has events, and month ends;
+    not every day of a long backfill."""
+    start = dt.date(2026, 1, 20)
+    days = [start + dt.timedelta(days=i) for i in range(60)]  # to 20 March
+    for d in days[:45]:  # events up to 5 March
+        (tmp_path / lake.EVENTS / f"date={d}").mkdir(parents=True)
+    kept = meter.state_dates(str(tmp_path), days)
+    ready_last = dt.date(2026, 3, 4)  # the last date whose next day has events
+    tail = [ready_last - dt.timedelta(days=i) for i in range(meter.STATE_DAYS)][::-1]
+    assert kept == [dt.date(2026, 1, 31), *tail]
+    assert meter.state_dates(str(tmp_path), days[40:44]) == days[40:44]
