@@ -110,7 +110,7 @@ BALANCE_SCHEMA = pa.schema(
         ("period_end", pa.date32()),
         ("local_day", pa.date32()),
         ("used", pa.int64()),  # tokens the pool covered through the end of local_day
-        ("exhausted_at", pa.timestamp("us", tz="UTC")),  # null: not exhausted by then
+        ("exhausted_at", TIMESTAMP),  # null: not exhausted by then
     ]
 )
 
@@ -238,7 +238,7 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
                 pc.if_else(
                     pa.array(first_full >= 0),
                     times.take(pa.array(order[pos[np.maximum(first_full, 0)]])),
-                    pa.nulls(len(key_pos), pa.timestamp("us", tz="UTC")),
+                    pa.nulls(len(key_pos), TIMESTAMP),
                 ),
             )
             exhausted_day = np.where(

@@ -13,13 +13,14 @@ Shape (runner-portable, like ingest): read row groups, attach plan and local day
 shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
 (vectorized), stage the outputs; the driver loads them in one transaction.
 
-Starting from balances: every run also leaves, per metered date, each open balance key's state at
-the end of that day (lake ``pool_state/date=D``) with a stamp of what it was computed from (the
-catalog's plans, the accounts, the event files that can hold events of its periods). A run whose
-first date's eve has a state with a stamp that still matches reads only its own dates' events and
-starts each key from that balance: the same rows as reading from the period starts, without the
-month-to-date window. Any difference in the stamp (a late event rewrote a partition, an account
-changed plan, the catalog changed) means reading from the period starts, as before.
+Starting from balances: every run also leaves, for the dates where a later run can start
+(``state_dates``), each open balance key's state at the end of that day (lake ``pool_state/date=D``)
+with a stamp of what it was computed from (the catalog's plans, the accounts, the event files that
+can hold events of its periods, the state's own files). A run whose first date's eve has a state
+with a stamp that still matches reads only its own dates' events and starts each key from that
+balance: the same rows as reading from the period starts, without the month-to-date window. Any
+difference in the stamp (a late event rewrote a partition, an account changed plan, the catalog
+changed, a state file is lost) means reading from the period starts, as before.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ COLUMNS = [
     "cached_input_tokens",
     "output_tokens",
 ]
-# What ReadAndSpill hands to AllocateShard: the columns above, the local day and plan, the shard hash.
 log = logging.getLogger(__name__)
+# What ReadAndSpill hands to AllocateShard: the columns above, the local day and plan, the shard hash.
 SPILL_SCHEMA = pa.schema(
     [LAKE_SCHEMA.field(c).remove_metadata() for c in COLUMNS]
     + [pa.field("local_day", pa.date32()), pa.field("plan", pa.string()), pa.field(HASH, pa.uint64())]
