@@ -69,7 +69,12 @@ def _generate(root: Path, events: int) -> tuple[int, int]:
     return table.num_rows, int(pc.max(largest).as_py())
 
 
-def _ours(root: Path, extra: list[str], database_url: str | None = None) -> tuple[float, float, str]:
+PHASES = r"Beam pipeline ([\d.]+) s, warehouse load ([\d.]+) s"
+
+
+def _warehouse(root: Path, database_url: str | None = None) -> list[str]:
+    """A fresh warehouse (the SQLite file, or ``database_url``) with the accounts loaded: the
+    ``usage-billing`` command line on it and the lake."""
     db = root / "w.db"
     db.unlink(missing_ok=True)
     base = cli(db, root / "lake")
@@ -77,13 +82,18 @@ def _ours(root: Path, extra: list[str], database_url: str | None = None) -> tupl
         base[base.index("--database-url") + 1] = database_url
     run_measured([*base, "db", "upgrade"])
     run_measured([*base, "accounts", "load", str(root / "accounts.csv")])
+    return base
+
+
+def _ours(root: Path, extra: list[str], database_url: str | None = None) -> tuple[float, float, str]:
+    base = _warehouse(root, database_url)
     end = START + dt.timedelta(days=DAYS - 1)
     wall, rss, out = run_measured(
         [*base, "quota", "meter", "--from", START.isoformat(), "--to", end.isoformat(), *extra]
     )
     assert "billable" in out or "pool" in out, out
     billable = re.search(r"billable_usage: ([\d,]+) rows", out)
-    phases = re.search(r"Beam pipeline ([\d.]+) s, warehouse load ([\d.]+) s", out)
+    phases = re.search(PHASES, out)
     assert billable and phases, out
     return wall, rss, f"{phases[1]} s | {phases[2]} s ({billable[1]} billable rows)"
 
@@ -110,11 +120,7 @@ def _postgres(root: Path) -> tuple[float, float, str] | None:
 def _daily(root: Path) -> list[str]:
     """The last day with events metered alone, as a daily run does: from the balances the full run stored, and
     from the period starts (the stored balances moved away). Rows of the second table."""
-    db = root / "w.db"
-    db.unlink(missing_ok=True)
-    base = cli(db, root / "lake")
-    run_measured([*base, "db", "upgrade"])
-    run_measured([*base, "accounts", "load", str(root / "accounts.csv")])
+    base = _warehouse(root)
     # The last UTC day with events (taking the first N events of the generator cuts its last days).
     day = max(p.name.removeprefix("date=") for p in (root / "lake" / "events").iterdir())
     state, aside = root / "lake" / "pool_state", root / "pool_state.aside"
@@ -129,7 +135,7 @@ def _daily(root: Path) -> list[str]:
                 shutil.rmtree(state, ignore_errors=True)
                 aside.rename(state)
         assert ("started from" in out) == how.startswith("from the stored"), out
-        phases = re.search(r"Beam pipeline ([\d.]+) s, warehouse load ([\d.]+) s", out)
+        phases = re.search(PHASES, out)
         assert phases, out
         rows.append(f"| {day} | {how} | {wall:.1f} s | {phases[1]} s | {phases[2]} s | {rss:,.0f} MB |")
         print(rows[-1], flush=True)
