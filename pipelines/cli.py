@@ -85,11 +85,41 @@ def _step(label: str):  # type: ignore[no-untyped-def]
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Apply every migration to the warehouse."""
-    from pipelines.warehouse import make_engine, redact, upgrade
+    from pipelines.warehouse import free_bytes, make_engine, redact, upgrade
 
     s = _settings(ctx)
-    upgrade(make_engine(s.database_url))
+    engine = make_engine(s.database_url)
+    upgrade(engine)
     out.print(f"warehouse at {redact(s.database_url)} is up to date")
+    free = free_bytes(engine) or 0
+    if free >= FREE_HINT_BYTES:
+        out.print(
+            f"{free / 2**20:,.0f} MB of the SQLite file hold no data (tables a migration rebuilt, or "
+            "deleted rows): `usage-billing db vacuum` gives them back to the disk"
+        )
+
+
+FREE_HINT_BYTES = 64 * 2**20
+
+
+@db_app.command("vacuum")
+def db_vacuum(ctx: typer.Context) -> None:
+    """Give the warehouse's free space back to the disk (SQLite: VACUUM; PostgreSQL: VACUUM ANALYZE)."""
+    from pipelines.warehouse import make_engine, redact, vacuum
+
+    s = _settings(ctx)
+    engine = make_engine(s.database_url)
+    path = Path(engine.url.database) if engine.dialect.name == "sqlite" and engine.url.database else None
+    before = path.stat().st_size if path and path.exists() else None
+    vacuum(engine)
+    engine.dispose()
+    if before is None or path is None:
+        out.print(f"vacuumed the warehouse at {redact(s.database_url)}")
+    else:
+        out.print(
+            f"vacuumed the warehouse at {redact(s.database_url)}: "
+            f"{before / 2**20:,.0f} MB -> {path.stat().st_size / 2**20:,.0f} MB"
+        )
 
 
 @accounts_app.command("load")

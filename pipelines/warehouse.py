@@ -99,6 +99,25 @@ def upgrade(engine: Engine) -> None:
     migrations.upgrade(engine)
 
 
+def free_bytes(engine: Engine) -> int | None:
+    """Bytes of a SQLite file that hold no data (pages a migration or deletes freed), or None
+    elsewhere. They are reused by later writes; ``vacuum`` gives them back to the disk."""
+    if engine.dialect.name != "sqlite":
+        return None
+    with engine.connect() as conn:
+        pages = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+        return int(pages) * int(conn.exec_driver_sql("PRAGMA page_size").scalar_one())
+
+
+def vacuum(engine: Engine) -> None:
+    """SQLite: rewrite the file without its free pages (needs free disk the size of the file; waits
+    for writers like any write). PostgreSQL: VACUUM (ANALYZE) of the database (autovacuum does the
+    same over time). Safe while steps run: a vacuum is a transaction of its own."""
+    check_connection(engine)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM" if engine.dialect.name == "sqlite" else "VACUUM (ANALYZE)")
+
+
 def replace_rows(conn: Connection, table: Table, key: str, values: Iterable[object], rows: pa.Table) -> int:
     """Delete the rows whose ``key`` is in ``values`` and insert ``rows``, on ``conn``'s transaction."""
     values = sorted(set(values))

@@ -35,6 +35,11 @@ NAMING_CONVENTION = {
 }
 
 
+# On SQLite, a big table with a natural composite key is stored in that key (migration 0010): no
+# second copy of every row in a separate primary key index.
+CLUSTERED = {"sqlite_with_rowid": False}
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {  # noqa: RUF012
@@ -97,6 +102,7 @@ class UsageDaily(Base):
     """Usage per account, model, speed tier and UTC day."""
 
     __tablename__ = "usage_daily"
+    __table_args__ = CLUSTERED
 
     day: Mapped[dt.date] = mapped_column(primary_key=True, comment="UTC event date")
     account_id: Mapped[str] = mapped_column(primary_key=True)
@@ -118,6 +124,7 @@ class UsageDailyError(Base):
     """Failed requests per account, model, speed tier, UTC day and error code."""
 
     __tablename__ = "usage_daily_errors"
+    __table_args__ = CLUSTERED
 
     day: Mapped[dt.date] = mapped_column(primary_key=True)
     account_id: Mapped[str] = mapped_column(primary_key=True)
@@ -189,6 +196,7 @@ class PoolUsage(Base):
     """One quota pool balance: an account's plan pool in one period (local dates, inclusive)."""
 
     __tablename__ = "pool_usage"
+    __table_args__ = CLUSTERED
 
     account_id: Mapped[str] = mapped_column(primary_key=True)
     plan: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -208,6 +216,7 @@ class BillableUsage(Base):
     # Keyed by local day first: every read and replace selects a range of local days.
     __table_args__ = (
         PrimaryKeyConstraint("local_day", "account_id", "model", "speed_tier", "token_kind", "rate_day"),
+        CLUSTERED,
     )
 
     account_id: Mapped[str]

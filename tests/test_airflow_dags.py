@@ -215,7 +215,14 @@ def test_weekly_dag_fails_clearly_without_enough_history_and_monthly_stops_on_a_
     assert weekly["state"] == "failed" and weekly["tasks"]["report"] == "failed"
     engine = make_engine(settings["USAGE_BILLING_DATABASE_URL"])
     with engine.begin() as conn:  # usage that was never metered: the reconciliation must stop finalizing
-        conn.execute(text("UPDATE usage_daily SET output_tokens = output_tokens + 1 WHERE rowid = 1"))
+        key = conn.execute(text("SELECT day, account_id, model, speed_tier FROM usage_daily LIMIT 1")).one()
+        conn.execute(
+            text(
+                "UPDATE usage_daily SET output_tokens = output_tokens + 1 WHERE day = :day "
+                "AND account_id = :account_id AND model = :model AND speed_tier = :speed_tier"
+            ),
+            key._asdict(),
+        )
     engine.dispose()
     monthly = _dag_test(home, settings, "billing_monthly", "2026-04-03T00:00:00+00:00", {"month": "2026-03"})
     assert monthly["state"] == "failed" and monthly["tasks"]["reconcile"] == "failed"
