@@ -327,6 +327,27 @@ def quota_show(
         out.print(line, markup=False, highlight=False)
 
 
+@quota_app.command("explain")
+def quota_explain(
+    ctx: typer.Context,
+    event_id: Annotated[str, typer.Option("--event-id", help="the event's id")],
+    date: Annotated[
+        str | None, typer.Option("--date", help="its UTC date, YYYY-MM-DD (default: search every date)")
+    ] = None,
+) -> None:
+    """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
+    from pipelines.beam_options import parse_date
+    from pipelines.explain import explain_event, render
+    from pipelines.warehouse import make_engine, require_schema
+
+    s = _settings(ctx)
+    day = parse_date(date, "--date") if date is not None else None
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    for line in render(explain_event(engine, s.lake, s.catalog, event_id, day)):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 MonthOpt = Annotated[str, typer.Option("--month", help="account-local calendar month, YYYY-MM")]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
 
 from billing.quota import attach_accounts
 from pipelines import ingest, lake, meter
@@ -333,3 +334,113 @@ def test_balances_are_kept_for_the_last_days_with_data_and_month_ends(tmp_path):
     tail = [ready_last - dt.timedelta(days=i) for i in range(meter.STATE_DAYS)][::-1]
     assert kept == [dt.date(2026, 1, 31), *tail]
     assert meter.state_dates(str(tmp_path), days[40:44]) == days[40:44]
+
+
+def _account_days_with_overage(engine, n: int) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """(account, local day) of ``n`` account-days that have both included and overage tokens."""
+    b = BillableUsage.__table__
+    query = (
+        select(b.c.account_id, b.c.local_day)
+        .group_by(b.c.account_id, b.c.local_day)
+        .having(and_(func.sum(b.c.included_tokens) > 0, func.sum(b.c.overage_tokens) > 0))
+        .order_by(func.count())
+        .limit(n)
+    )
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(query)]
+
+
+def test_quota_explain_adds_up_to_the_billable_rows_of_its_events(ingested, catalog):
+    """Explaining every event of some account-days (from the stored allocation records, nothing
+    re-metered) gives back exactly their billable_usage rows, pool by pool and kind by kind."""
+    from pipelines.explain import explain_event
+
+    dates = small_dates()
+    _meter(ingested, dates)
+    engine = make_engine(ingested.database_url)
+    groups = _account_days_with_overage(engine, 3)
+    assert len(groups) == 3
+    events = attach_accounts(
+        ds.dataset(f"{ingested.lake}/events", format="parquet").to_table(), meter.load_accounts_table(engine)
+    )
+    wanted = set(groups)
+    ids = [
+        (r["event_id"], r["event_time"].date())
+        for r in events.select(["event_id", "event_time", "account_id", "local_day"]).to_pylist()
+        if (r["account_id"], r["local_day"]) in wanted
+    ]
+    assert 0 < len(ids) <= 80
+    explained: dict[tuple, list[int]] = {}
+    exhausted_by_one = 0
+    for event_id, utc_day in ids:
+        charge = explain_event(engine, ingested.lake, catalog, event_id, utc_day)
+        assert charge.metered
+        e = charge.event
+        for kind in charge.tokens:
+            assert charge.included[kind] + charge.overage[kind] == charge.tokens[kind] >= 0
+            key = (e["account_id"], e["model"], e["speed_tier"], charge.local_day, kind)
+            sums = explained.setdefault(key, [0, 0])
+            sums[0] += charge.included[kind]
+            sums[1] += charge.overage[kind]
+        assert sum(p.drew for p in charge.pools) == sum(charge.included.values())
+        assert all(p.used is not None and 0 <= p.drew <= p.used <= p.allowance for p in charge.pools)
+        exhausted_by_one += any(p.drew and p.exhausted_at == e["event_time"] for p in charge.pools)
+        if sum(charge.overage.values()):
+            assert charge.amount is not None and charge.amount > 0
+    assert exhausted_by_one >= 1  # an account-day with overage after included: some event ran a pool dry
+    b = BillableUsage.__table__
+    stored: dict[tuple, list[int]] = {}
+    with engine.connect() as conn:
+        for account, day in groups:
+            rows = conn.execute(select(b).where(and_(b.c.account_id == account, b.c.local_day == day))).all()
+            for r in rows:
+                sums = stored.setdefault(
+                    (r.account_id, r.model, r.speed_tier, r.local_day, r.token_kind), [0, 0]
+                )
+                sums[0] += r.included_tokens
+                sums[1] += r.overage_tokens
+    assert explained == stored
+
+
+def test_quota_explain_on_the_command_line(ingested, capsys):
+    from pipelines.cli import main
+
+    events = ds.dataset(f"{ingested.lake}/events", format="parquet").to_table(
+        columns=["event_id", "event_time"]
+    )
+    noon = dt.datetime.combine(small_dates()[1], dt.time(12), dt.UTC)  # the same local day in any zone
+    event = next(r for r in events.to_pylist() if abs(r["event_time"] - noon) < dt.timedelta(hours=1))
+    event_id, utc_day = event["event_id"], event["event_time"].date().isoformat()
+    base = ["--database-url", ingested.database_url, "--lake", ingested.lake, "quota", "explain"]
+
+    assert main([*base, "--event-id", event_id]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"event {event_id}" in out and "not metered yet" in out and "quota meter --date" in out
+
+    _meter(ingested, small_dates())
+    assert main([*base, "--event-id", event_id, "--date", utc_day]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"event {event_id}" in out and "included" in out and "overage" in out and "not metered" not in out
+
+    # A late event rewrote the event's partition after that metering run: the records may be stale.
+    folder = lake.partition(ingested.lake, lake.EVENTS, dt.date.fromisoformat(utc_day))
+    (shard_file,) = [
+        f
+        for f in lake.list_files(folder)
+        if event_id in pq.read_table(f, columns=["event_id"])["event_id"].to_pylist()
+    ]
+    later = Path(shard_file).stat().st_mtime + 60
+    os.utime(shard_file, (later, later))
+    assert main([*base, "--event-id", event_id]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "changed after the last metering" in out and "included" not in out
+
+    assert main([*base, "--event-id", "no-such-event"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: no event 'no-such-event' in any date") and len(err.strip().splitlines()) == 1
+    )
+    assert main([*base, "--event-id", event_id, "--date", "2020-01-01"]) == 2
+    assert "no event" in capsys.readouterr().err
+    assert main([*base, "--event-id", event_id, "--date", "yesterday"]) == 2
+    assert "invalid --date 'yesterday'" in capsys.readouterr().err
