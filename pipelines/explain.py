@@ -99,7 +99,8 @@ def _may_hold(index: str, wanted: np.uint64, shard: int | None) -> bool:
     """False only when the shard file's id-hash index is there and lacks the hash."""
     if shard is None or not lake.exists(index):
         return True
-    hashes = lake.read_npy(index)
+    # A local index is mapped, not read: a binary search touches a few pages of it.
+    hashes = np.load(index, mmap_mode="r") if lake.is_local(index) else lake.read_npy(index)
     at = int(np.searchsorted(hashes, wanted))
     return at < len(hashes) and hashes[at] == wanted
 
