@@ -334,17 +334,24 @@ def quota_explain(
     date: Annotated[
         str | None, typer.Option("--date", help="its UTC date, YYYY-MM-DD (default: search every date)")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object (for support tools)")] = False,
 ) -> None:
     """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
     from pipelines.beam_options import parse_date
-    from pipelines.explain import explain_event, render
+    from pipelines.explain import as_dict, explain_event, render
     from pipelines.warehouse import make_engine, require_schema
 
     s = _settings(ctx)
     day = parse_date(date, "--date") if date is not None else None
     engine = make_engine(s.database_url)
     require_schema(engine)
-    for line in render(explain_event(engine, s.lake, s.catalog, event_id, day)):
+    charge = explain_event(engine, s.lake, s.catalog, event_id, day)
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps(as_dict(charge), indent=2) + "\n")
+        return
+    for line in render(charge):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -212,6 +212,47 @@ def _pool_lines(engine: Engine, catalog: Catalog, row: dict, covered: dict[str, 
     return lines
 
 
+def as_dict(charge: Charge) -> dict:
+    """The explanation as plain JSON values: times ISO 8601 in UTC, money and prices as exact strings."""
+    event = dict(charge.event)
+    event["event_time"] = _utc(event["event_time"]).isoformat()  # type: ignore[union-attr]
+    event = {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in event.items()}
+    amount = charge.amount
+    known = charge.metered and not charge.stale  # else no numbers: they could be wrong
+    return {
+        "event": event,
+        "local_day": charge.local_day.isoformat(),
+        "timezone": charge.timezone,
+        "plan": charge.plan,
+        "metered": known,
+        "stale": charge.stale,
+        "tokens": charge.tokens,
+        "pools": [
+            {
+                "pool": p.pool,
+                "period": p.period,
+                "period_start": p.start.isoformat(),
+                "period_end": p.end.isoformat(),
+                "allowance": p.allowance,
+                "covered": p.drew,
+                "period_used": p.used,
+                "exhausted_at": p.exhausted_at.isoformat() if p.exhausted_at else None,
+            }
+            for p in (charge.pools if known else [])
+        ],
+        "included": charge.included if known else None,
+        "overage": charge.overage if known else None,
+        "price": None
+        if charge.rate_from is None or not known
+        else {
+            "effective_from": charge.rate_from.isoformat(),
+            "currency": charge.currency,
+            "per_million": {k: str(v) for k, v in charge.per_million.items()},
+            "overage_amount_unrounded": str(amount),
+        },
+    }
+
+
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None

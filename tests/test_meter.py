@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -417,7 +419,20 @@ def test_quota_explain_on_the_command_line(ingested, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert f"event {event_id}" in out and "not metered yet" in out and "quota meter --date" in out
 
+    assert main([*base, "--event-id", event_id, "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert (
+        before["metered"] is False and before["included"] is None and before["event"]["event_id"] == event_id
+    )
+
     _meter(ingested, small_dates())
+    assert main([*base, "--event-id", event_id, "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["metered"] is True and after["stale"] is False
+    assert all(after["included"][k] + after["overage"][k] == after["tokens"][k] for k in after["tokens"])
+    assert sum(p["covered"] for p in after["pools"]) == sum(after["included"].values())
+    if after["price"] is not None:
+        assert Decimal(after["price"]["overage_amount_unrounded"]) >= 0
     assert main([*base, "--event-id", event_id, "--date", utc_day]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"event {event_id}" in out and "included" in out and "overage" in out and "not metered" not in out
