@@ -189,6 +189,7 @@ def run_demo(
     _speed(out, speed_by_model_tier(engine))
     _quota(out, engine, metered)
     _backup_tank(out, engine, settings)
+    _why_charged(out, engine, settings)
     _invoices(out, engine, months, catalog.currency)
     failed = [r for r in reports if r.failed_errors]
     out.print(
@@ -295,6 +296,42 @@ def _backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
                 str(r["week_start"]), f"{r['accounts']:,}", f"{r['backup_accounts']:,}", f"{share:.0%}"
             )
         out.print(table)
+
+
+def _why_charged(out: Console, engine: Engine, settings: Settings) -> None:
+    """The last event that ran a model's own pool dry, explained as support sees it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from pipelines.explain import explain_event, render
+
+    own = sorted(
+        {pool.id for plan in settings.catalog.plans for pool in plan.pools if "*" not in pool.models}
+    )
+    p = PoolUsage.__table__
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(p.c.account_id, p.c.exhausted_at)
+            .where(p.c.pool.in_(own), p.c.exhausted_at.is_not(None))
+            .order_by(p.c.exhausted_at.desc())
+            .limit(1)
+        ).first()
+    if row is None:
+        return
+    when = row.exhausted_at.replace(tzinfo=dt.UTC) if row.exhausted_at.tzinfo is None else row.exhausted_at
+    folder = lake.partition(settings.lake, lake.EVENTS, when.astimezone(dt.UTC).date())
+    events = ds.dataset(folder, format="parquet").to_table(
+        columns=["event_id"],
+        filter=(pc.field("account_id") == row.account_id) & (pc.field("event_time") == pa.scalar(when)),
+    )
+    if not events.num_rows:
+        return
+    event_id = events["event_id"][0].as_py()
+    out.print(f"why was this charged? `usage-billing quota explain --event-id {event_id}`:", soft_wrap=True)
+    charge = explain_event(engine, settings.lake, settings.catalog, event_id, when.astimezone(dt.UTC).date())
+    for line in render(charge):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _speed(out: Console, rows: list[dict]) -> None:

@@ -48,6 +48,9 @@ def test_small_demo_runs_end_to_end_and_keeps_the_invariants(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "rows read" in proc.stdout and "gpt-5.6-sol" in proc.stdout and "Feb" in proc.stdout
+    # Support's view of the last event that ran the fast model's own pool dry.
+    assert "why was this charged? `usage-billing quota explain --event-id" in proc.stdout
+    assert "this event used its last tokens" in proc.stdout
 
     engine = make_engine(url)
     with engine.connect() as conn:
