@@ -178,7 +178,12 @@ def _timezone(engine: Engine, account_id: str) -> str:
 
 
 def _pool_lines(engine: Engine, catalog: Catalog, row: dict, covered: dict[str, int]) -> list[PoolLine]:
-    plan = catalog.plan(row["plan"])
+    try:
+        plan = catalog.plan(row["plan"])
+    except KeyError:
+        raise UsageBillingError(
+            f"account {row['account_id']} is on plan {row['plan']!r}, which the catalog does not have"
+        ) from None
     pu = PoolUsage.__table__
     lines = []
     day = np.array([row["local_day"]], dtype="datetime64[D]")

@@ -23,7 +23,7 @@ from pipelines.accounts import load_accounts
 from pipelines.jobs import date_args
 from pipelines.warehouse import make_engine, upgrade
 from schemas.warehouse import Account, BillableUsage, PoolUsage
-from tests.conftest import small_dates, table_rows
+from tests.conftest import CATALOG_PATH, small_dates, table_rows
 
 
 @pytest.fixture
@@ -404,7 +404,7 @@ def test_quota_explain_adds_up_to_the_billable_rows_of_its_events(ingested, cata
     assert explained == stored
 
 
-def test_quota_explain_on_the_command_line(ingested, capsys):
+def test_quota_explain_on_the_command_line(ingested, capsys, tmp_path):
     from pipelines.cli import main
 
     events = ds.dataset(f"{ingested.lake}/events", format="parquet").to_table(
@@ -459,3 +459,14 @@ def test_quota_explain_on_the_command_line(ingested, capsys):
     assert "no event" in capsys.readouterr().err
     assert main([*base, "--event-id", event_id, "--date", "yesterday"]) == 2
     assert "invalid --date 'yesterday'" in capsys.readouterr().err
+
+    # The catalog lost the account's plan since metering: one line, not a traceback.
+    plan = json.loads(main([*base, "--event-id", event_id, "--json"]) == 0 and capsys.readouterr().out)[
+        "plan"
+    ]
+    assert plan is not None
+    changed = tmp_path / "catalog.toml"
+    changed.write_text(CATALOG_PATH.read_text().replace(f'id = "{plan}"', 'id = "renamed"'))
+    assert main(["--config", str(changed), *base, "--event-id", event_id]) == 2
+    err = capsys.readouterr().err
+    assert f"on plan '{plan}', which the catalog does not have" in err and "Traceback" not in err
