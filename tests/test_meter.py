@@ -461,9 +461,8 @@ def test_quota_explain_on_the_command_line(ingested, capsys, tmp_path):
     assert "invalid --date 'yesterday'" in capsys.readouterr().err
 
     # The catalog lost the account's plan since metering: one line, not a traceback.
-    plan = json.loads(main([*base, "--event-id", event_id, "--json"]) == 0 and capsys.readouterr().out)[
-        "plan"
-    ]
+    assert main([*base, "--event-id", event_id, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
     assert plan is not None
     changed = tmp_path / "catalog.toml"
     changed.write_text(CATALOG_PATH.read_text().replace(f'id = "{plan}"', 'id = "renamed"'))
