@@ -275,6 +275,44 @@ def read_ipc_batches(path: str, first: int, end: int) -> pa.Table:
         return pa.Table.from_batches([reader.get_batch(i) for i in range(first, end)], reader.schema)
 
 
+class IpcSegments:
+    """Segments of many spill files read one after another (``read_ipc_batches`` for each, without
+    opening a file and parsing its footer again per segment): local files are memory-mapped and kept
+    open, at most ``OPEN`` at a time. Use as a context manager."""
+
+    OPEN = 256
+
+    def __init__(self) -> None:
+        self._readers: dict[str, pa.ipc.RecordBatchFileReader] = {}
+        self._maps: list[pa.MemoryMappedFile] = []
+
+    def read(self, path: str, first: int, end: int) -> pa.Table:
+        if not is_local(path):
+            return read_ipc_batches(path, first, end)
+        reader = self._readers.get(path)
+        if reader is None:
+            if len(self._readers) >= self.OPEN:
+                self.close()
+            source = pa.memory_map(path)
+            self._maps.append(source)
+            reader = self._readers[path] = pa.ipc.open_file(source)
+        # Copied out of the mapping: the rows outlive the file (see read_ipc_batches).
+        batches = [reader.get_batch(i) for i in range(first, end)]
+        return pa.Table.from_batches(batches, reader.schema).combine_chunks()
+
+    def close(self) -> None:
+        self._readers.clear()
+        for source in self._maps:
+            source.close()
+        self._maps.clear()
+
+    def __enter__(self) -> IpcSegments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @_io_errors
 def write_npy(path: str, array: np.ndarray) -> None:
     buf = io.BytesIO()

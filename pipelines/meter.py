@@ -11,7 +11,8 @@ on later data. Metering a period day by day or all at once therefore gives the s
 
 Shape (runner-portable, like ingest): read row groups, attach plan and local day, spill by account
 shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
-(vectorized), stage the outputs; the driver loads them in one transaction.
+(vectorized), stage the outputs; the driver loads them in one transaction and joins each local
+day's allocation records (spilled per shard) into one file of that day's partition.
 
 Starting from balances: every run also leaves, for the dates where a later run can start
 (``state_dates``), each open balance key's state at the end of that day (lake ``pool_state/date=D``)
@@ -223,7 +224,11 @@ class AllocateShard(beam.DoFn):
                 "tokens": draws["tokens"],
             }
         ).filter(in_range.take(idx))
-        self._by_day(records, ALLOCATIONS, name)
+        _spill_days(
+            records.cast(ALLOCATION_SCHEMA),
+            lake.join(self.stage_root, ALLOCATION_SPILL),
+            f"shard-{shard:04d}",
+        )
         if self.state_days:
             states = balances_at(result.balances, self.first, max(self.state_days))
             keep = pc.is_in(states["local_day"], value_set=pa.array(sorted(self.state_days), pa.date32()))
@@ -238,6 +243,78 @@ class AllocateShard(beam.DoFn):
         for start, end in runs(days):
             staged = lake.partition(lake.join(self.stage_root, "_commit"), dataset, days[start].item())
             lake.write_parquet(lake.join(staged, name), rows.slice(start, end - start))
+
+
+# One record per (event, pool) that covered tokens of it: lake ``allocations/date=L/``.
+ALLOCATION_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("account_id", pa.string()),
+        ("local_day", pa.date32()),
+        ("plan", pa.string()),
+        ("pool", pa.string()),
+        ("period_start", pa.date32()),
+        ("tokens", pa.int64()),
+    ]
+)
+ALLOCATION_SPILL = "_allocations"  # per shard: the records as Arrow IPC, one batch range per local day
+ROWS_PER_GROUP = 256 * 1024  # allocation records per row group of a day's file
+
+
+def _spill_days(rows: pa.Table, folder: str, name: str) -> None:
+    """A shard's rows, sorted by local day, as one Arrow IPC file with a batch range per day, and a
+    sidecar naming each day's range: the driver joins every shard's day into one file of its own."""
+    if rows.num_rows == 0:
+        return
+    rows = rows.take(pc.sort_indices(rows["local_day"]))
+    days = rows["local_day"].to_numpy().astype("datetime64[D]")
+    spans = runs(days)
+    path = lake.join(folder, f"{name}.arrow")
+    ranges = lake.write_ipc_segments(path, rows, [(start, end - start) for start, end in spans])
+    lake.write_json(
+        lake.join(folder, f"{name}.json"),
+        {str(days[start]): list(batches) for (start, _), batches in zip(spans, ranges, strict=True)},
+    )
+
+
+def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.date]) -> int:
+    """One file per local day (``part-0000.parquet``), joined from every shard's spill, row groups of
+    ``ROWS_PER_GROUP``: not one small file per shard and day (a daily run of 10M events had 100 per
+    day). The driver holds one row group at a time. A day without records commits an empty partition.
+    Returns the rows."""
+    folder = lake.join(stage, ALLOCATION_SPILL)
+    pieces: dict[str, list[tuple[str, int, int]]] = {}
+    for sidecar in lake.list_files(folder, "*.json"):
+        data = sidecar.removesuffix(".json") + ".arrow"
+        for day, (first, end) in lake.read_json(sidecar).items():  # type: ignore[union-attr]
+            pieces.setdefault(day, []).append((data, first, end))
+    rows = 0
+    with lake.IpcSegments() as spills:
+        for day in dates:
+            staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
+            if day.isoformat() in pieces:
+                writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), ALLOCATION_SCHEMA)
+                buffer: list[pa.Table] = []
+                try:
+                    for data, first, end in pieces[day.isoformat()]:
+                        buffer.append(spills.read(data, first, end))
+                        if sum(t.num_rows for t in buffer) >= ROWS_PER_GROUP:
+                            rows += _flush(writer, buffer)
+                    rows += _flush(writer, buffer)
+                finally:
+                    writer.close()
+            lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
+    return rows
+
+
+def _flush(writer: lake.ParquetAppender, buffer: list[pa.Table]) -> int:
+    if not buffer:
+        return 0
+    table = pa.concat_tables(buffer).cast(ALLOCATION_SCHEMA).combine_chunks()
+    buffer.clear()
+    writer.write(table)
+    return table.num_rows
 
 
 def billable_rows(
@@ -438,7 +515,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
             conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
             if pools is not None:
                 insert_arrow(conn, pt, pools)
-        allocations = _commit_days(opts.lake, stage, run_id, dates, ALLOCATIONS)
+        allocations = _commit_allocations(opts.lake, stage, run_id, dates)
         for day in dates:  # a date without a stamp commits an empty partition: no state
             staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
             if day in new_stamps:

@@ -469,3 +469,28 @@ def test_quota_explain_on_the_command_line(ingested, capsys, tmp_path):
     assert main(["--config", str(changed), *base, "--event-id", event_id]) == 2
     err = capsys.readouterr().err
     assert f"on plan '{plan}', which the catalog does not have" in err and "Traceback" not in err
+
+
+def test_allocation_records_are_one_file_per_local_day(ingested, monkeypatch):
+    """Every shard's records of a day are joined into one file (row groups of ROWS_PER_GROUP, the
+    driver holding one at a time), not one small file per shard and day; the rows do not change."""
+    dates = small_dates()
+    _meter(ingested, dates)
+    whole = _allocations(ingested.lake)
+    monkeypatch.setattr(meter, "ROWS_PER_GROUP", 64)
+    monkeypatch.setattr(meter, "SHARD_ROWS", 500)  # many shards: many pieces per day
+    monkeypatch.setattr(lake.IpcSegments, "OPEN", 3)  # and spill files closed while their rows wait
+    _meter(ingested, dates)
+    assert _allocations(ingested.lake) == whole and len(whole) > 0
+    groups = 0
+    for day in dates:
+        files = lake.list_files(lake.partition(ingested.lake, meter.ALLOCATIONS, day), "*")
+        assert [Path(f).name for f in files] in ([], ["part-0000.parquet"])
+        if files:
+            metadata = pq.ParquetFile(files[0]).metadata
+            groups = max(groups, metadata.num_row_groups)
+            assert pq.ParquetFile(files[0]).schema_arrow == meter.ALLOCATION_SCHEMA
+    assert groups > 1
+    assert not (Path(ingested.lake) / "_staging").exists() or not any(
+        (Path(ingested.lake) / "_staging").iterdir()
+    )
