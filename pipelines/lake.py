@@ -296,7 +296,8 @@ class IpcSegments:
             source = pa.memory_map(path)
             self._maps.append(source)
             reader = self._readers[path] = pa.ipc.open_file(source)
-        # Copied out of the mapping: the rows outlive the file (see read_ipc_batches).
+        # The rows may point into the mapping: Arrow keeps it mapped until they are gone, even after
+        # close(); the caller concatenates them into a row group of its own soon after.
         batches = [reader.get_batch(i) for i in range(first, end)]
         return pa.Table.from_batches(batches, reader.schema).combine_chunks()
 

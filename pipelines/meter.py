@@ -280,8 +280,8 @@ def _spill_days(rows: pa.Table, folder: str, name: str) -> None:
 
 def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.date]) -> int:
     """One file per local day (``part-0000.parquet``), joined from every shard's spill, row groups of
-    ``ROWS_PER_GROUP``: not one small file per shard and day (a daily run of 10M events had 100 per
-    day). The driver holds one row group at a time. A day without records commits an empty partition.
+    ``ROWS_PER_GROUP``: not one small file per shard and day (metering 10M events over 28 days wrote
+    100 per day). The driver holds one row group at a time. A day without records commits an empty partition.
     Returns the rows."""
     folder = lake.join(stage, ALLOCATION_SPILL)
     pieces: dict[str, list[tuple[str, int, int]]] = {}
