@@ -305,6 +305,7 @@ def _why_charged(out: Console, engine: Engine, settings: Settings) -> None:
     import pyarrow.dataset as ds
 
     from pipelines.explain import explain_event, render
+    from pipelines.quota_view import as_utc
 
     own = sorted(
         {pool.id for plan in settings.catalog.plans for pool in plan.pools if "*" not in pool.models}
@@ -319,8 +320,9 @@ def _why_charged(out: Console, engine: Engine, settings: Settings) -> None:
         ).first()
     if row is None:
         return
-    when = row.exhausted_at.replace(tzinfo=dt.UTC) if row.exhausted_at.tzinfo is None else row.exhausted_at
-    folder = lake.partition(settings.lake, lake.EVENTS, when.astimezone(dt.UTC).date())
+    when = as_utc(row.exhausted_at)
+    assert when is not None
+    folder = lake.partition(settings.lake, lake.EVENTS, when.date())
     events = ds.dataset(folder, format="parquet").to_table(
         columns=["event_id"],
         filter=(pc.field("account_id") == row.account_id) & (pc.field("event_time") == pa.scalar(when)),
@@ -329,7 +331,7 @@ def _why_charged(out: Console, engine: Engine, settings: Settings) -> None:
         return
     event_id = events["event_id"][0].as_py()
     out.print(f"why was this charged? `usage-billing quota explain --event-id {event_id}`:", soft_wrap=True)
-    charge = explain_event(engine, settings.lake, settings.catalog, event_id, when.astimezone(dt.UTC).date())
+    charge = explain_event(engine, settings.lake, settings.catalog, event_id, when.date())
     for line in render(charge):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
 

@@ -19,15 +19,16 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from sqlalchemy import Engine, and_, select
 
-from billing.quota import attach_accounts, period_end, period_start, split_pro_rata
+from billing.quota import attach_accounts, split_pro_rata
 from billing.tokens import token_kinds
 from pipelines import lake
 from pipelines.dedup import shard_of, stable_hash
 from pipelines.errors import UsageBillingError
 from pipelines.ingest import index_file, shard_file
+from pipelines.quota_view import as_utc, period_balance
 from schemas.catalog import TOKEN_KINDS, Catalog
 from schemas.events import EVENT_SCHEMA
-from schemas.warehouse import MeteredDay, PoolUsage
+from schemas.warehouse import MeteredDay
 
 
 @dataclass
@@ -138,10 +139,13 @@ def explain_event(
     from pipelines.meter import load_accounts_table
 
     found, event_file = find_event(lake_root, event_id, day)
-    event = attach_accounts(found, load_accounts_table(engine))
+    accounts = load_accounts_table(engine)
+    event = attach_accounts(found, accounts)
     row = event.to_pylist()[0]
     local_day, plan_id = row["local_day"], row["plan"]
-    zone = _timezone(engine, row["account_id"])
+    # The zone attach_accounts used: the account's first in name order.
+    zones = accounts.filter(pc.equal(accounts["account_id"], row["account_id"]))["timezone"]
+    zone = pc.min(zones).as_py() if len(zones) else "UTC (unknown account)"
     kinds = token_kinds(event).to_pylist()[0]
     draws, stale = _draws(lake_root, event_id, local_day, event_file)
     covered = {p: int(t) for p, t in zip(draws["pool"].to_pylist(), draws["tokens"].to_pylist(), strict=True)}
@@ -168,15 +172,6 @@ def explain_event(
     return charge
 
 
-def _timezone(engine: Engine, account_id: str) -> str:
-    from schemas.warehouse import Account
-
-    a = Account.__table__
-    with engine.connect() as conn:
-        zone = conn.execute(select(a.c.timezone).where(a.c.account_id == account_id).limit(1)).scalar()
-    return zone or "UTC (unknown account)"
-
-
 def _pool_lines(engine: Engine, catalog: Catalog, row: dict, covered: dict[str, int]) -> list[PoolLine]:
     try:
         plan = catalog.plan(row["plan"])
@@ -184,34 +179,22 @@ def _pool_lines(engine: Engine, catalog: Catalog, row: dict, covered: dict[str, 
         raise UsageBillingError(
             f"account {row['account_id']} is on plan {row['plan']!r}, which the catalog does not have"
         ) from None
-    pu = PoolUsage.__table__
     lines = []
-    day = np.array([row["local_day"]], dtype="datetime64[D]")
     with engine.connect() as conn:
         for pool in plan.pools_in_draw_order():
             if not pool.covers(row["model"]):
                 continue
-            start = period_start(day, pool.period)[0].item()
-            balance = conn.execute(
-                select(pu.c.used, pu.c.exhausted_at).where(
-                    and_(
-                        pu.c.account_id == row["account_id"],
-                        pu.c.plan == plan.id,
-                        pu.c.pool == pool.id,
-                        pu.c.period_start == start,
-                    )
-                )
-            ).first()
+            balance = period_balance(conn, row["account_id"], plan.id, pool, row["local_day"])
             lines.append(
                 PoolLine(
                     pool=pool.id,
                     period=pool.period,
-                    start=start,
-                    end=period_end(np.array([start], dtype="datetime64[D]"), pool.period)[0].item(),
+                    start=balance.start,
+                    end=balance.end,
                     allowance=pool.allowance_tokens,
                     drew=covered.get(pool.id, 0),
-                    used=balance.used if balance else None,
-                    exhausted_at=_utc(balance.exhausted_at) if balance else None,
+                    used=balance.used,
+                    exhausted_at=balance.exhausted_at,
                 )
             )
     return lines
@@ -220,7 +203,7 @@ def _pool_lines(engine: Engine, catalog: Catalog, row: dict, covered: dict[str, 
 def as_dict(charge: Charge) -> dict:
     """The explanation as plain JSON values: times ISO 8601 in UTC, money and prices as exact strings."""
     event = dict(charge.event)
-    event["event_time"] = _utc(event["event_time"]).isoformat()  # type: ignore[union-attr]
+    event["event_time"] = as_utc(event["event_time"]).isoformat()  # type: ignore[union-attr]
     event = {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in event.items()}
     amount = charge.amount
     known = charge.metered and not charge.stale  # else no numbers: they could be wrong
@@ -258,19 +241,13 @@ def as_dict(charge: Charge) -> dict:
     }
 
 
-def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
 def _kinds(values: dict[str, int]) -> str:
     return " · ".join(f"{k} {values[k]:,}" for k in TOKEN_KINDS)
 
 
 def render(charge: Charge) -> list[str]:
     e = charge.event
-    when = _utc(e["event_time"])
+    when = as_utc(e["event_time"])
     assert when is not None
     lines = [
         f"event {e['event_id']} · {when:%Y-%m-%d %H:%M:%S.%f} UTC · account {e['account_id']}",

@@ -9,11 +9,11 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Engine, and_, select
+from sqlalchemy import Connection, Engine, and_, select
 
 from billing.quota import period_end, period_start
 from pipelines.errors import UsageBillingError
-from schemas.catalog import Catalog
+from schemas.catalog import Catalog, Pool
 from schemas.warehouse import Account, PoolUsage
 
 
@@ -37,6 +37,41 @@ def _moment(at: str | None) -> dt.datetime:
     return moment
 
 
+@dataclass
+class PeriodBalance:
+    start: dt.date  # the pool period holding the day (account-local dates, inclusive)
+    end: dt.date
+    used: int | None  # as last metered; None: no balance stored for the period
+    exhausted_at: dt.datetime | None  # UTC
+
+
+def period_balance(conn: Connection, account: str, plan: str, pool: Pool, day: dt.date) -> PeriodBalance:
+    """The period of ``pool`` holding the account-local ``day`` and its stored ``pool_usage`` row."""
+    start = period_start(np.array([day], dtype="datetime64[D]"), pool.period)[0].item()
+    end = period_end(np.array([start], dtype="datetime64[D]"), pool.period)[0].item()
+    pu = PoolUsage.__table__
+    found = conn.execute(
+        select(pu.c.used, pu.c.exhausted_at).where(
+            and_(
+                pu.c.account_id == account,
+                pu.c.plan == plan,
+                pu.c.pool == pool.id,
+                pu.c.period_start == start,
+            )
+        )
+    ).first()
+    if found is None:
+        return PeriodBalance(start, end, None, None)
+    return PeriodBalance(start, end, found.used, as_utc(found.exhausted_at))
+
+
+def as_utc(value: dt.datetime | None) -> dt.datetime | None:
+    """A stored time in UTC (SQLite hands it back without a zone)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
 def pool_state(engine: Engine, catalog: Catalog, account: str, at: str | None) -> PoolView:
     moment = _moment(at)
     a = Account.__table__
@@ -55,23 +90,11 @@ def pool_state(engine: Engine, catalog: Catalog, account: str, at: str | None) -
         return PoolView(f"{account} at {local:%Y-%m-%d %H:%M %Z}: pay as you go, no quota pools")
     plan = catalog.plan(row.plan)
     view = PoolView(f"{account} at {local:%Y-%m-%d %H:%M %Z}: plan {plan.id}")
-    pu = PoolUsage.__table__
     with engine.connect() as conn:
         for pool in plan.pools_in_draw_order():
-            start = period_start(np.array([day], dtype="datetime64[D]"), pool.period)[0].item()
-            end = period_end(np.array([start], dtype="datetime64[D]"), pool.period)[0].item()
-            found = conn.execute(
-                select(pu.c.used, pu.c.exhausted_at).where(
-                    and_(
-                        pu.c.account_id == account,
-                        pu.c.plan == plan.id,
-                        pu.c.pool == pool.id,
-                        pu.c.period_start == start,
-                    )
-                )
-            ).first()
-            used = found.used if found else 0
-            resets = dt.datetime.combine(end + dt.timedelta(days=1), dt.time(), tzinfo=zone)
+            balance = period_balance(conn, account, plan.id, pool, day)
+            used = balance.used or 0
+            resets = dt.datetime.combine(balance.end + dt.timedelta(days=1), dt.time(), tzinfo=zone)
             models = "all models" if "*" in pool.models else ", ".join(pool.models)
             if pool.exclude_models:
                 models += " except " + ", ".join(pool.exclude_models)
