@@ -236,13 +236,19 @@ class AllocateShard(beam.DoFn):
         yield shard
 
     def _by_day(self, rows: pa.Table, dataset: str, name: str) -> None:
-        """Rows straight to their staged day partitions (the driver never holds them all): a stable
-        sort by day, then one slice per day (not one scan of the rows per day)."""
-        rows = rows.take(pc.sort_indices(rows["local_day"]))
-        days = rows["local_day"].to_numpy().astype("datetime64[D]")
-        for start, end in runs(days):
-            staged = lake.partition(lake.join(self.stage_root, "_commit"), dataset, days[start].item())
+        """Rows straight to their staged day partitions (the driver never holds them all)."""
+        rows, days = _day_runs(rows)
+        for day, (start, end) in days:
+            staged = lake.partition(lake.join(self.stage_root, "_commit"), dataset, day)
             lake.write_parquet(lake.join(staged, name), rows.slice(start, end - start))
+
+
+def _day_runs(rows: pa.Table) -> tuple[pa.Table, list[tuple[dt.date, tuple[int, int]]]]:
+    """``rows`` sorted by local_day (stable) and each day's (start, end) in them: one slice per day,
+    not one scan of the rows per day."""
+    rows = rows.take(pc.sort_indices(rows["local_day"]))
+    days = rows["local_day"].to_numpy().astype("datetime64[D]")
+    return rows, [(days[start].item(), (start, end)) for start, end in runs(days)]
 
 
 # One record per (event, pool) that covered tokens of it: lake ``allocations/date=L/``.
@@ -267,14 +273,12 @@ def _spill_days(rows: pa.Table, folder: str, name: str) -> None:
     sidecar naming each day's range: the driver joins every shard's day into one file of its own."""
     if rows.num_rows == 0:
         return
-    rows = rows.take(pc.sort_indices(rows["local_day"]))
-    days = rows["local_day"].to_numpy().astype("datetime64[D]")
-    spans = runs(days)
+    rows, days = _day_runs(rows)
     path = lake.join(folder, f"{name}.arrow")
-    ranges = lake.write_ipc_segments(path, rows, [(start, end - start) for start, end in spans])
+    ranges = lake.write_ipc_segments(path, rows, [(start, end - start) for _, (start, end) in days])
     lake.write_json(
         lake.join(folder, f"{name}.json"),
-        {str(days[start]): list(batches) for (start, _), batches in zip(spans, ranges, strict=True)},
+        {day.isoformat(): list(batches) for (day, _), batches in zip(days, ranges, strict=True)},
     )
 
 
