@@ -268,11 +268,13 @@ def read_ipc_batches(path: str, first: int, end: int) -> pa.Table:
     every page a run touched counted as the process's memory until the file is closed)."""
     if is_local(path):
         with pa.OSFile(path) as source:
-            reader = pa.ipc.open_file(source)
-            return pa.Table.from_batches([reader.get_batch(i) for i in range(first, end)], reader.schema)
+            return _batches(pa.ipc.open_file(source), first, end)
     with FileSystems.open(path) as handle:
-        reader = pa.ipc.open_file(pa.BufferReader(handle.read()))
-        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, end)], reader.schema)
+        return _batches(pa.ipc.open_file(pa.BufferReader(handle.read())), first, end)
+
+
+def _batches(reader: pa.ipc.RecordBatchFileReader, first: int, end: int) -> pa.Table:
+    return pa.Table.from_batches([reader.get_batch(i) for i in range(first, end)], reader.schema)
 
 
 class IpcSegments:
@@ -298,8 +300,7 @@ class IpcSegments:
             reader = self._readers[path] = pa.ipc.open_file(source)
         # The rows may point into the mapping: Arrow keeps it mapped until they are gone, even after
         # close(); the caller concatenates them into a row group of its own soon after.
-        batches = [reader.get_batch(i) for i in range(first, end)]
-        return pa.Table.from_batches(batches, reader.schema).combine_chunks()
+        return _batches(reader, first, end)
 
     def close(self) -> None:
         self._readers.clear()

@@ -43,6 +43,7 @@ from sqlalchemy import and_, delete, select
 from billing.pricing import rate_from
 from billing.quota import (
     BALANCE_SCHEMA,
+    TIMESTAMP,
     AccountIndex,
     allocate,
     attach_accounts,
@@ -255,7 +256,7 @@ def _day_runs(rows: pa.Table) -> tuple[pa.Table, list[tuple[dt.date, tuple[int, 
 ALLOCATION_SCHEMA = pa.schema(
     [
         ("event_id", pa.string()),
-        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("event_time", TIMESTAMP),
         ("account_id", pa.string()),
         ("local_day", pa.date32()),
         ("plan", pa.string()),
@@ -315,7 +316,7 @@ def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.
 def _flush(writer: lake.ParquetAppender, buffer: list[pa.Table]) -> int:
     if not buffer:
         return 0
-    table = pa.concat_tables(buffer).cast(ALLOCATION_SCHEMA).combine_chunks()
+    table = pa.concat_tables(buffer).combine_chunks()  # spilled as ALLOCATION_SCHEMA already
     buffer.clear()
     writer.write(table)
     return table.num_rows
