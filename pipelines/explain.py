@@ -84,9 +84,7 @@ def find_event(lake_root: str, event_id: str, day: dt.date | None = None) -> tup
     for d in sorted(dates, reverse=True):
         folder = lake.partition(lake_root, lake.EVENTS, d)
         for data in [lake.join(folder, shard_file(shard))] if shard is not None else lake.list_files(folder):
-            if not lake.exists(data) or not _may_hold(
-                lake.join(folder, index_file(shard or 0)), wanted, shard
-            ):
+            if not lake.exists(data) or (shard is not None and not _may_hold(folder, shard, wanted)):
                 continue
             rows = lake.read_parquet(data)
             rows = rows.filter(pc.equal(rows["event_id"], event_id))
@@ -96,9 +94,10 @@ def find_event(lake_root: str, event_id: str, day: dt.date | None = None) -> tup
     raise UsageBillingError(f"no event {event_id!r} {where} ({lake.join(lake_root, lake.EVENTS)})")
 
 
-def _may_hold(index: str, wanted: np.uint64, shard: int | None) -> bool:
+def _may_hold(folder: str, shard: int, wanted: np.uint64) -> bool:
     """False only when the shard file's id-hash index is there and lacks the hash."""
-    if shard is None or not lake.exists(index):
+    index = lake.join(folder, index_file(shard))
+    if not lake.exists(index):
         return True
     # A local index is mapped, not read: a binary search touches a few pages of it.
     hashes = np.load(index, mmap_mode="r") if lake.is_local(index) else lake.read_npy(index)
