@@ -268,6 +268,7 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     if keep.any():
         # A filter keeps arrival order and copies contiguous runs: much cheaper than a take.
         lake_rows_of_new = new if keep.all() else new.filter(pa.array(keep))
+        # Back to the lake's plain text columns: dictionary arrays only travel inside the run.
         lake_rows_of_new = lake_rows_of_new.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
         day_of = pc.cast(lake_rows_of_new["event_time"], pa.date32()).to_numpy().astype("datetime64[D]")
         new_hashes = hashes[keep]
@@ -282,6 +283,7 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
 
     conflicts = _take(new, conflict_pos)
     kept_source = _take(new, group_first[check][~identical]).select(["_source_file", "_landing_date"])
+    kept_source = kept_source.cast(pa.schema([LAKE_SCHEMA.field(c) for c in kept_source.column_names]))
     if lake.num_rows and len(conflict_pos):
         from_lake = in_lake[check][~identical]
         lake_src = lake.take(pa.array(np.where(from_lake, lake_index[check][~identical], 0)))
@@ -294,7 +296,7 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     conflict_q = pa.table(
         {
             "landing_date": conflicts["_landing_date"],
-            "source_file": conflicts["_source_file"],
+            "source_file": conflicts["_source_file"].cast(pa.string()),
             "row_number": conflicts[ROW_NUMBER],
             "event_id": conflicts["event_id"],
             "reason": pa.array(["conflicting_duplicate"] * len(conflict_pos), pa.string()),

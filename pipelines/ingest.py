@@ -4,7 +4,9 @@
     usage-billing events ingest --from 2026-02-01 --to 2026-02-28 -- --direct_num_workers=1
 
 Elements are Arrow tables: one per Parquet row group or JSON chunk, regrouped by (event date, dedup
-shard). Every output file is written from ``process`` after a GroupByKey into the run's staging
+shard). Between the read and the lake write, rows are in ``INGEST_SCHEMA`` (the columns of few
+values as dictionary arrays: cheaper to read, sort, spill and compare); the lake gets plain text.
+Every output file is written from ``process`` after a GroupByKey into the run's staging
 folder (portable to runners that drop ``finish_bundle`` output); the driver then checks conservation
 (rows read = clean + quarantined + duplicates, per landing date) and commits the partitions.
 """

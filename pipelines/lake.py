@@ -174,8 +174,10 @@ class ParquetAppender:
                 self._handle.close()
 
 
-def open_parquet(path: str) -> pq.ParquetFile:
-    return pq.ParquetFile(path if is_local(path) else FileSystems.open(path))
+def open_parquet(path: str, **options: object) -> pq.ParquetFile:
+    """``options`` for ``pq.ParquetFile``: ``read_dictionary`` (text columns the file has, read as
+    dictionary arrays), ``metadata`` (its footer, already read)."""
+    return pq.ParquetFile(path if is_local(path) else FileSystems.open(path), **options)
 
 
 def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:

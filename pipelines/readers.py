@@ -20,10 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import lake
-from schemas.events import EVENT_SCHEMA, QUARANTINE_SCHEMA, RAW_JSON_SCHEMA, REQUIRED_FIELDS
+from schemas.events import (
+    DICTIONARY,
+    EVENT_SCHEMA,
+    LOW_CARDINALITY,
+    QUARANTINE_SCHEMA,
+    RAW_JSON_SCHEMA,
+    REQUIRED_FIELDS,
+)
 from schemas.jsonl import ROW_NUMBER, JsonLinesResult, read_json_lines
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
@@ -112,7 +120,7 @@ def parquet_units(path: str) -> list[int | None]:
 def read_parquet_unit(path: str, row_group: int | None, landing_date) -> RawChunk:
     name = os.path.basename(path)
     try:
-        pf = lake.open_parquet(path)
+        pf = _open_parquet(path)
         if row_group is None:
             if pf.metadata.num_row_groups == 0:
                 return RawChunk(_empty_raw(), QUARANTINE_SCHEMA.empty_table(), rows_read=0)
@@ -130,14 +138,23 @@ def read_parquet_unit(path: str, row_group: int | None, landing_date) -> RawChun
             columns[f.name] = pa.nulls(table.num_rows, f.type)
             continue
         col = table[f.name]
-        if f.name == "event_time" and pa.types.is_timestamp(col.type):
-            columns[f.name] = col
-        else:
-            columns[f.name] = col.cast(f.type)
+        as_read = (f.name == "event_time" and pa.types.is_timestamp(col.type)) or (
+            f.name in LOW_CARDINALITY and col.type == DICTIONARY
+        )
+        columns[f.name] = col if as_read else col.cast(f.type)
     raw = pa.table(columns).append_column(
         ROW_NUMBER, pa.array(np.arange(first_row, first_row + table.num_rows, dtype=np.int64))
     )
     return RawChunk(raw, QUARANTINE_SCHEMA.empty_table(), rows_read=table.num_rows)
+
+
+def _open_parquet(path: str) -> pq.ParquetFile:
+    """The file, its low-cardinality text columns read as dictionary arrays (their pages usually are
+    dictionary-encoded already: no string is built per row)."""
+    pf = lake.open_parquet(path)
+    schema = pf.schema_arrow
+    wanted = [n for n in LOW_CARDINALITY if n in schema.names and pa.types.is_string(schema.field(n).type)]
+    return lake.open_parquet(path, read_dictionary=wanted, metadata=pf.metadata) if wanted else pf
 
 
 def _schema_problem(schema: pa.Schema) -> str | None:

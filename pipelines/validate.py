@@ -1,7 +1,8 @@
 """Row checks on raw Arrow chunks, all vectorized: one boolean mask per rule, never a loop over rows.
 
 A row that breaks any rule goes to quarantine with every reason code it earned (comma-separated);
-the rest become lake rows (LAKE_SCHEMA plus ``_row_number`` until dedup drops it).
+the rest become lake rows in their in-flight form (INGEST_SCHEMA: the lake's columns, those of few
+values as dictionary arrays, plus ``_row_number`` until dedup drops it).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import pyarrow.compute as pc
 
 from pipelines.readers import SPEC_OK, RawChunk
 from schemas.events import (
+    DICTIONARY,
     EVENT_SCHEMA,
-    LAKE_SCHEMA,
+    INGEST_SCHEMA,
     QUARANTINE_SCHEMA,
     REQUIRED_FIELDS,
     SPEED_TIERS,
@@ -112,10 +114,10 @@ def validate(
     checks.append(("missing_event_time", ~_np_mask(raw["event_time"].is_valid())))
     checks.append(("bad_event_time", bad_time))
     checks.append(("naive_event_time", naive_time))
-    checks.append(("empty_event_id", _np_mask(pc.equal(pc.utf8_length(raw["event_id"]), 0))))
+    checks.append(("empty_event_id", _np_mask(pc.equal(pc.binary_length(raw["event_id"]), 0))))
     too_long = np.zeros(n, bool)
     for name in ID_FIELDS:
-        too_long |= _np_mask(pc.greater(pc.utf8_length(raw[name]), MAX_ID_LENGTH))
+        too_long |= _too_long(raw[name])
     checks.append(("value_too_long", too_long))
     if SPEC_OK in raw.column_names:
         checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
@@ -156,18 +158,58 @@ def validate(
     return clean, quarantine
 
 
+def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``check`` (a boolean Arrow function) of each row's value; for a dictionary column it runs once
+    per distinct value and each row takes its value's verdict."""
+    if col.type != DICTIONARY:
+        return _np_mask(check(col))
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    parts = []
+    for c in chunks:
+        verdict = _np_mask(check(c.dictionary))
+        if len(verdict) == 0:  # no value at all: every row is null
+            parts.append(np.zeros(len(c), bool))
+            continue
+        parts.append(verdict[c.indices.fill_null(0).to_numpy()] & _np_mask(c.is_valid()))
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+
+def _too_long(col: pa.ChunkedArray) -> np.ndarray:
+    """More than MAX_ID_LENGTH characters: counted only where the bytes (cheap: offsets) are over it."""
+    over = _per_value(col, lambda c: pc.greater(pc.binary_length(c), MAX_ID_LENGTH))
+    if over.any():
+        over[over] = _per_value(
+            col.take(pa.array(np.flatnonzero(over))), lambda c: pc.greater(pc.utf8_length(c), MAX_ID_LENGTH)
+        )
+    return over
+
+
 def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:  # type: ignore[no-untyped-def]
     present = _np_mask(col.is_valid())
-    return present & ~_np_mask(pc.is_in(col, value_set=pa.array(sorted(allowed), pa.string())))
+    return present & ~_per_value(col, lambda c: pc.is_in(c, value_set=pa.array(sorted(allowed), pa.string())))
 
 
 def _to_lake(raw: pa.Table, times: pa.Array, landing_date: dt.date, source_file: str) -> pa.Table:
-    cols = {f.name: (times if f.name == "event_time" else raw[f.name].cast(f.type)) for f in EVENT_SCHEMA}
+    fields = {f.name: f for f in INGEST_SCHEMA}
+    cols = {
+        f.name: (times if f.name == "event_time" else _as(raw[f.name], fields[f.name].type))
+        for f in EVENT_SCHEMA
+    }
     n = raw.num_rows
     cols["_landing_date"] = pa.array(np.full(n, np.datetime64(landing_date, "D"))).cast(pa.date32())
-    cols["_source_file"] = pa.array([source_file], pa.string()).take(pa.array(np.zeros(n, np.int64)))
+    cols["_source_file"] = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, np.int32)), pa.array([source_file], pa.string())
+    )
     cols[ROW_NUMBER] = raw[ROW_NUMBER]
-    return pa.table(cols, schema=LAKE_SCHEMA.append(pa.field(ROW_NUMBER, pa.int64())))
+    return pa.table(cols, schema=INGEST_SCHEMA.append(pa.field(ROW_NUMBER, pa.int64())))
+
+
+def _as(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
+    """``col`` as INGEST_SCHEMA's type: a JSON chunk's text (or a Parquet file's other dictionary
+    type) is dictionary-encoded; a Parquet column read as a dictionary is kept as it is."""
+    if typ == DICTIONARY and col.type != DICTIONARY:
+        return pc.dictionary_encode(col.cast(pa.string()))
+    return col.cast(typ)
 
 
 def _quarantine(chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_file: str) -> pa.Table:  # type: ignore[no-untyped-def]

@@ -52,6 +52,16 @@ LINEAGE_FIELDS = (
 )
 LAKE_SCHEMA = pa.schema(list(EVENT_SCHEMA) + list(LINEAGE_FIELDS), metadata=EVENT_SCHEMA.metadata)
 
+# Columns with a handful of values. Between ingest's read and its lake write they travel as
+# dictionary arrays (small indices into a few strings): a Parquet reader hands them over without
+# building a string per row, and sorting or copying rows moves 4-byte indices instead of text.
+LOW_CARDINALITY: tuple[str, ...] = ("model", "speed_tier", "status", "error_code", "_source_file")
+DICTIONARY = pa.dictionary(pa.int32(), pa.string())
+INGEST_SCHEMA = pa.schema(
+    [f.with_type(DICTIONARY) if f.name in LOW_CARDINALITY else f for f in LAKE_SCHEMA],
+    metadata=LAKE_SCHEMA.metadata,
+)
+
 # What a JSON producer sends: event_time stays text until validation checks its zone offset.
 RAW_JSON_SCHEMA = pa.schema(
     [pa.field(f.name, pa.string() if f.name == "event_time" else f.type) for f in EVENT_SCHEMA]

@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.readers import RawChunk
 from pipelines.validate import Rules, parse_event_time, validate
-from schemas.events import LAKE_SCHEMA, QUARANTINE_SCHEMA, RAW_JSON_SCHEMA
+from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA, QUARANTINE_SCHEMA, RAW_JSON_SCHEMA
 from schemas.jsonl import ROW_NUMBER, read_json_lines
 
 LANDING = dt.date(2026, 3, 10)
@@ -74,12 +74,70 @@ def test_several_reasons_are_all_recorded():
 
 
 def test_clean_rows_have_the_lake_schema_and_utc_times():
+    """In flight, the low-cardinality columns are dictionary arrays (INGEST_SCHEMA); one cast gives
+    the lake's schema, field metadata included."""
     clean, quarantine = _run({**GOOD, "event_time": "2026-03-10T14:30:00.25+02:00", "user_id": "u"})
     assert quarantine.num_rows == 0
-    assert clean.drop_columns([ROW_NUMBER]).schema.equals(LAKE_SCHEMA, check_metadata=True)
+    assert clean.drop_columns([ROW_NUMBER]).schema.equals(INGEST_SCHEMA, check_metadata=True)
+    lake_rows = clean.drop_columns([ROW_NUMBER]).cast(LAKE_SCHEMA)
+    assert lake_rows.schema.equals(LAKE_SCHEMA, check_metadata=True)
+    assert lake_rows["model"].to_pylist() == ["gpt-5.6-sol"]
     assert clean["event_time"][0].as_py() == dt.datetime(2026, 3, 10, 12, 30, 0, 250000, tzinfo=dt.UTC)
     assert clean["_landing_date"][0].as_py() == LANDING
     assert clean["_source_file"][0].as_py() == "f.jsonl"
+
+
+MIXED = [
+    GOOD,
+    {**GOOD, "event_id": "e2", "model": "gpt-0"},
+    {**GOOD, "event_id": "e3", "speed_tier": "warp", "status": None},
+    {**GOOD, "event_id": "e4", "error_code": "x" * 201},
+    {**GOOD, "event_id": "e5", "model": "é" * 150},  # 300 bytes but 150 characters: not too long
+    {**GOOD, "event_id": "e6", "status": "error", "error_code": "context_length_exceeded"},
+    {**GOOD, "event_id": "e7", "model": None},
+]
+
+
+@pytest.mark.parametrize("dictionary_pages", [True, False], ids=["dictionary pages", "plain pages"])
+def test_a_parquet_file_gets_the_verdicts_and_rows_of_the_same_json(tmp_path, dictionary_pages):
+    """Parquet's text columns of few values are read as dictionary arrays and checked once per value:
+    the same reasons and the same clean rows as the JSON lines of the same events, whether the file's
+    pages are dictionary-encoded or plain."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from pipelines.readers import read_parquet_unit
+
+    parsed = read_json_lines("\n".join(json.dumps(r) for r in MIXED).encode(), RAW_JSON_SCHEMA)
+    path = tmp_path / "f.jsonl"  # the name validate gets for both, so _source_file agrees
+    pq.write_table(parsed.table, path, use_dictionary=dictionary_pages)
+    chunk = read_parquet_unit(str(path), 0, LANDING)
+    assert chunk.table["model"].type == pa.dictionary(pa.int32(), pa.string())
+    clean, quarantine = validate(chunk, LANDING, "f.jsonl", RULES)
+    json_clean, json_quarantine = _run(*MIXED)
+
+    def reasons(q: pa.Table) -> dict:
+        return {
+            e: set(r.split(","))
+            for e, r in zip(q["event_id"].to_pylist(), q["reason"].to_pylist(), strict=True)
+        }
+
+    assert (
+        reasons(quarantine)
+        == reasons(json_quarantine)
+        == {
+            "e2": {"unknown_model"},
+            "e3": {"unknown_speed_tier", "missing_status"},
+            "e4": {"value_too_long"},
+            "e5": {"unknown_model"},
+            "e7": {"missing_model"},
+        }
+    )
+    as_lake = [t.drop_columns([ROW_NUMBER]).cast(LAKE_SCHEMA) for t in (clean, json_clean)]
+    assert as_lake[0].equals(as_lake[1])
+    assert as_lake[0]["event_id"].to_pylist() == ["e1", "e6"]
+    assert as_lake[0]["error_code"].to_pylist() == [None, "context_length_exceeded"]
 
 
 def test_a_late_event_inside_the_window_is_clean():
