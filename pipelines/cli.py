@@ -5,6 +5,8 @@ Every user mistake ends with one line on stderr and a non-zero exit, never a tra
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -500,5 +502,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run() -> None:
+    """The ``usage-billing`` command: ``main``, then leave without Python's interpreter teardown.
+
+    By then the step's work is committed and its files closed; what the teardown adds is freeing every
+    module and object one by one and waiting on Beam's and gRPC's idle threads: 0.5 s after a
+    10M-event ingest, on every run. Exit handlers (logging's flush among them) still run first.
+    """
+    code = main()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

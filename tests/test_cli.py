@@ -128,6 +128,35 @@ def test_real_process_exit_code_and_stderr(tmp_path):
     ]
 
 
+def test_the_command_leaves_fast_but_flushes_its_output_and_runs_exit_handlers(tmp_path):
+    """``run`` skips the interpreter teardown (os._exit): what the step printed still reaches the pipe
+    in full, exit handlers still run, and the exit code is kept (success and user error alike)."""
+    script = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('exit handler ran', flush=False))\n"
+        "from pipelines.cli import run\n"
+        "sys.argv = ['usage-billing', *sys.argv[1:]]\n"
+        "run()\n"
+    )
+    base = [sys.executable, "-c", script, "--config", str(CATALOG_PATH), "--landing", str(tmp_path)]
+    ok = subprocess.run(
+        [*base, "events", "generate", "--days", "1", "--accounts", "20", "--events-per-day", "200"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("wrote ") and ok.stdout.rstrip().endswith("exit handler ran"), ok.stdout
+    assert list(tmp_path.rglob("*.jsonl*")) or list(tmp_path.rglob("*.parquet"))
+    bad = subprocess.run(
+        [*base, "events", "generate", "--days", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: ") and "must be positive" in bad.stderr
+    assert bad.stdout.strip() == "exit handler ran"
+
+
 def test_beam_flags_after_double_dash_reach_the_pipeline(capsys, sqlite_settings):
     from tests.conftest import small_dates
 
