@@ -27,7 +27,6 @@ from schemas.jsonl import ROW_NUMBER
 
 HASH = "_hash"  # uint64 hash of event_id, carried from read to dedup (never stored in the lake)
 PAYLOAD = tuple(f.name for f in EVENT_SCHEMA)
-_ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -39,11 +38,13 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+# The low k bytes of a little-endian word, k = 0..8.
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
+
+
 def _word(windows: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
     """The string's bytes in [first, first + 8), packed exactly into a uint64 (bytes past end are 0)."""
-    k = np.clip(end - first, 0, 8).astype(np.uint64)
-    mask = np.where(k >= 8, _ALL_ONES, (np.uint64(1) << (k * np.uint64(8))) - np.uint64(1))
-    return windows[np.clip(first, 0, len(windows) - 1)] & mask
+    return windows[np.clip(first, 0, len(windows) - 1)] & _MASKS[np.clip(end - first, 0, 8)]
 
 
 def stable_hash(values: pa.Array | pa.ChunkedArray) -> np.ndarray:

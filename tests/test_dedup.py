@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import string
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +91,22 @@ def test_hash_known_values_do_not_drift():
         11098195047241588884,
     ]
     assert len(set(stable_hash(pa.array([f"id{i}" for i in range(1000)])).tolist())) == 1000
+    # Every length around the 8-byte words the hash reads (partial words are masked), and UTF-8.
+    letters = string.ascii_letters
+    lengths = (1, 7, 8, 9, 15, 16, 17, 23, 24, 25)
+    assert stable_hash(pa.array([letters[:n] for n in lengths] + ["é€" * 5])).tolist() == [
+        7681135988600625551,
+        17386903137732033016,
+        983455108840600656,
+        1336248989476095817,
+        10868586999117974562,
+        17113082005861623055,
+        15176023676973136126,
+        11708526033956350038,
+        1161997619719060546,
+        2666090748785981293,
+        3262137444420823307,
+    ]
 
 
 def test_shard_segments_sort_once_and_cover_every_row():
