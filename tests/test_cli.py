@@ -157,6 +157,43 @@ def test_the_command_leaves_fast_but_flushes_its_output_and_runs_exit_handlers(t
     assert bad.stdout.strip() == "exit handler ran"
 
 
+def test_under_a_profiler_the_command_exits_the_usual_way(tmp_path):
+    """``python -m cProfile -o F -m pipelines.cli ...`` still gets its profile written."""
+    profile = tmp_path / "run.prof"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cProfile",
+            "-o",
+            str(profile),
+            "-m",
+            "pipelines.cli",
+            "--config",
+            str(CATALOG_PATH),
+            "--landing",
+            str(tmp_path / "landing"),
+            "events",
+            "generate",
+            "--days",
+            "1",
+            "--accounts",
+            "20",
+            "--events-per-day",
+            "200",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("wrote ")
+    import pstats
+
+    assert any("events_generate" in name for _, _, name in pstats.Stats(str(profile)).stats)
+
+
 def test_beam_flags_after_double_dash_reach_the_pipeline(capsys, sqlite_settings):
     from tests.conftest import small_dates
 
