@@ -422,7 +422,7 @@ def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
     units: list[ReadUnit] = []
     for day in dates:
         folder = lake.join(landing_root, day.isoformat())
-        if not lake.exists(folder):
+        if not lake.folder_exists(folder):
             raise UsageBillingError(f"no landing folder for {day}: {folder}")
         for path in lake.list_files(folder, "*"):
             if os.path.basename(path).startswith(".") or (lake.is_local(path) and os.path.isdir(path)):
@@ -474,7 +474,7 @@ def _ingest(options, opts: IngestOptions, dates: list[dt.date], catalog, engine:
         _check_conservation(result)
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
             staged = lake.partition(stage, lake.QUARANTINE, day)
-            if not lake.exists(staged):
+            if not lake.folder_exists(staged):
                 lake.write_parquet(lake.join(staged, "part-0000.parquet"), QUARANTINE_SCHEMA.empty_table())
         journal = {
             "run_id": run_id,
@@ -508,12 +508,12 @@ def _finish(lake_root: str, engine: Engine, stage: str, journal: dict) -> None:
     run_id = journal["run_id"]
     for day in journal["changed_dates"]:
         staged = lake.partition(stage, lake.EVENTS, day)
-        if lake.exists(staged):
+        if lake.folder_exists(staged):
             lake.commit(staged, lake.partition(lake_root, lake.EVENTS, day), run_id, carry_over=True)
             faults.checkpoint("lake.commit")
     for day in journal["landing_dates"]:
         staged = lake.partition(stage, lake.QUARANTINE, day)
-        if lake.exists(staged):
+        if lake.folder_exists(staged):
             lake.commit(staged, lake.partition(lake_root, lake.QUARANTINE, day), run_id)
     now = dt.datetime.now(dt.UTC)
     with engine.begin() as conn:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import faults
@@ -72,8 +73,43 @@ def staging(lake: str, run_id: str) -> str:
     return join(lake, STAGING, run_id)
 
 
+def open_object(path: str):  # type: ignore[no-untyped-def]
+    """A remote file's bytes as stored: Beam's FileSystems would otherwise decompress a ``.gz`` name."""
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def create_object(path: str):  # type: ignore[no-untyped-def]
+    """A remote file to write, its bytes stored as given (no compression chosen by the name)."""
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
 def exists(path: str) -> bool:
+    """A file exists (on an object store: an object; a folder there is only a prefix, see
+    ``folder_exists``)."""
     return os.path.exists(path) if is_local(path) else FileSystems.exists(path)
+
+
+def _objects_under(folder: str, limit: int | None = None) -> list[str]:
+    """Every object whose name starts with ``folder/`` (an object store has no directories)."""
+    found = FileSystems.match([join(folder, "**")], limits=None if limit is None else [limit])
+    return sorted(m.path for m in found[0].metadata_list)
+
+
+def folder_exists(path: str) -> bool:
+    """A folder: a directory on a local disk; on an object store, any object under ``path/``."""
+    return os.path.isdir(path) if is_local(path) else bool(_objects_under(path, limit=1))
+
+
+def list_folders(directory: str) -> list[str]:
+    """The folders directly inside ``directory``, sorted (on an object store: the distinct next
+    name component of the objects under it)."""
+    if is_local(directory):
+        if not os.path.isdir(directory):
+            return []
+        return sorted(join(directory, n) for n in os.listdir(directory) if os.path.isdir(join(directory, n)))
+    prefix = join(directory, "")
+    names = {p[len(prefix) :].split("/", 1)[0] for p in _objects_under(directory) if "/" in p[len(prefix) :]}
+    return sorted(join(directory, n) for n in names)
 
 
 def list_files(directory: str, pattern: str = "*.parquet") -> list[str]:
@@ -143,7 +179,7 @@ def write_parquet(path: str, table: pa.Table) -> None:
         pq.write_table(table, path, **options)
         faults.checkpoint("lake.write")
     else:
-        with FileSystems.create(path) as handle:
+        with create_object(path) as handle:
             pq.write_table(table, handle, **options)
 
 
@@ -159,7 +195,7 @@ class ParquetAppender:
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 sink: object = path
             else:
-                self._handle = FileSystems.create(path)
+                self._handle = create_object(path)
                 sink = self._handle
             self._writer = pq.ParquetWriter(sink, schema, **_parquet_options(schema.names))
 
@@ -177,7 +213,7 @@ class ParquetAppender:
 def open_parquet(path: str, **options: object) -> pq.ParquetFile:
     """``options`` for ``pq.ParquetFile``: ``read_dictionary`` (text columns the file has, read as
     dictionary arrays), ``metadata`` (its footer, already read)."""
-    return pq.ParquetFile(path if is_local(path) else FileSystems.open(path), **options)
+    return pq.ParquetFile(path if is_local(path) else open_object(path), **options)
 
 
 def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
@@ -240,7 +276,7 @@ def write_json(path: str, payload: object) -> None:
             handle.write(data)
         os.replace(tmp, path)
     else:
-        with FileSystems.create(path) as handle:
+        with create_object(path) as handle:
             handle.write(data)
 
 
@@ -253,7 +289,7 @@ def write_ipc_segments(path: str, table: pa.Table, segments: list[tuple[int, int
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         sink: object = pa.OSFile(path, "wb")
     else:
-        sink = FileSystems.create(path)
+        sink = create_object(path)
     with sink, pa.ipc.new_file(sink, table.schema) as writer:  # type: ignore[attr-defined]
         written = 0
         for offset, length in segments:
@@ -271,8 +307,8 @@ def read_ipc_batches(path: str, first: int, end: int) -> pa.Table:
     if is_local(path):
         with pa.OSFile(path) as source:
             return _batches(pa.ipc.open_file(source), first, end)
-    with FileSystems.open(path) as handle:
-        return _batches(pa.ipc.open_file(pa.BufferReader(handle.read())), first, end)
+    with open_object(path) as handle:  # seekable: the footer and the wanted batches, not the whole file
+        return _batches(pa.ipc.open_file(pa.PythonFile(handle, mode="r")), first, end)
 
 
 def _batches(reader: pa.ipc.RecordBatchFileReader, first: int, end: int) -> pa.Table:
@@ -326,17 +362,17 @@ def write_npy(path: str, array: np.ndarray) -> None:
         with open(path, "wb") as handle:
             handle.write(buf.getvalue())
     else:
-        with FileSystems.create(path) as handle:
+        with create_object(path) as handle:
             handle.write(buf.getvalue())
 
 
 def read_npy(path: str) -> np.ndarray:
-    with open(path, "rb") if is_local(path) else FileSystems.open(path) as handle:
+    with open(path, "rb") if is_local(path) else open_object(path) as handle:
         return np.load(io.BytesIO(handle.read()), allow_pickle=False)
 
 
 def read_json(path: str) -> object:
-    with open(path, "rb") if is_local(path) else FileSystems.open(path) as handle:
+    with open(path, "rb") if is_local(path) else open_object(path) as handle:
         return json.loads(handle.read())
 
 
@@ -373,7 +409,7 @@ def stages_of(lake: str, step: str) -> list[str]:
     """Staging folders of runs of ``step``. Called under the step's lock, they are from runs that
     died (SIGKILL, a lost machine): no running run of the step owns one."""
     out = []
-    for stage in list_files(join(lake, STAGING), "*"):
+    for stage in list_folders(join(lake, STAGING)):
         marker = join(stage, STAGE_MARKER)
         if exists(marker) and read_json(marker).get("step") == step:  # type: ignore[union-attr]
             out.append(stage)
@@ -391,8 +427,10 @@ def ingest_lock(lake: str) -> str:
 def _delete_tree(path: str) -> None:
     if is_local(path):
         shutil.rmtree(path, ignore_errors=True)
-    elif FileSystems.exists(path):
-        FileSystems.delete([path])
+    else:
+        objects = _objects_under(path)
+        if objects:
+            FileSystems.delete(objects)
 
 
 def recover(lake: str, dataset: str) -> None:
@@ -421,7 +459,7 @@ def commit(staged_dir: str, final_dir: str, run_id: str, carry_over: bool = Fals
     """
     if is_local(staged_dir):
         os.makedirs(staged_dir, exist_ok=True)
-    if carry_over and exists(final_dir):
+    if carry_over and folder_exists(final_dir):
         staged_names = {posixpath.basename(p) for p in list_files(staged_dir, "*")}
         for path in list_files(final_dir, "*"):
             name = posixpath.basename(path)

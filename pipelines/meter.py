@@ -597,7 +597,9 @@ def state_dates(lake_root: str, dates: list[dt.date]) -> list[dt.date]:
     ``STATE_DAYS`` (a daily run starts the day before its earliest late event) and each month's last
     day (``--month``). Not every day of a long backfill: one small file per shard and date."""
     ready = [
-        d for d in dates if lake.exists(lake.partition(lake_root, lake.EVENTS, d + dt.timedelta(days=1)))
+        d
+        for d in dates
+        if lake.folder_exists(lake.partition(lake_root, lake.EVENTS, d + dt.timedelta(days=1)))
     ]
     return [
         d for i, d in enumerate(ready) if i >= len(ready) - STATE_DAYS or (d + dt.timedelta(days=1)).day == 1

@@ -26,7 +26,7 @@ def landing_ready(day: str) -> bool:
     from pipelines import lake
 
     folder = lake.join(settings().landing, day)
-    return lake.exists(folder) and bool(lake.list_files(folder, "*"))
+    return lake.folder_exists(folder) and bool(lake.list_files(folder, "*"))
 
 
 def ingest_day(day: str) -> dict:

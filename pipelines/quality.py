@@ -321,7 +321,5 @@ tr.warn td{{background:#ffe9b3}} .badge{{font-weight:bold}}</style></head>
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(page)
     else:
-        from apache_beam.io.filesystems import FileSystems
-
-        with FileSystems.create(path) as handle:
+        with lake.create_object(path) as handle:
             handle.write(page.encode())

@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines import lake
 from schemas.events import (
@@ -103,7 +102,7 @@ def _empty_raw() -> pa.Table:
 
 
 def _open(path: str) -> io.BufferedIOBase:
-    return open(path, "rb") if lake.is_local(path) else FileSystems.open(path)  # type: ignore[return-value]
+    return open(path, "rb") if lake.is_local(path) else lake.open_object(path)  # type: ignore[return-value]
 
 
 # -- Parquet ---------------------------------------------------------------------------------
@@ -188,7 +187,7 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int]]:
     Decompression runs in Arrow's C++ stream (outside the GIL); a damaged stream raises OSError.
     """
     gz = path.lower().endswith(".gz")
-    raw_handle = pa.OSFile(path) if lake.is_local(path) else pa.PythonFile(FileSystems.open(path), mode="r")
+    raw_handle = pa.OSFile(path) if lake.is_local(path) else pa.PythonFile(lake.open_object(path), mode="r")
     with raw_handle, pa.CompressedInputStream(raw_handle, "gzip") if gz else raw_handle as handle:
         carry = b""
         lines_before = 0

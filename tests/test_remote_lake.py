@@ -1,0 +1,148 @@
+"""A lake and a landing area on an object store (``memfs://``, GCS semantics: no directories, only
+objects under prefixes) behave like local ones: the same partitions with the same rows, late events
+rewriting a past partition without losing its other shards, replays changing nothing, and no
+staging left behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import ingest, meter
+from pipelines.accounts import load_accounts
+from pipelines.jobs import date_args, ingest_and_aggregate
+from pipelines.warehouse import make_engine, upgrade
+from schemas.warehouse import BillableUsage, IngestRun, PoolUsage, UsageDaily
+from tests import memfs
+from tests.conftest import small_dates, table_rows
+
+BUCKET = "memfs://bucket"
+
+
+@pytest.fixture
+def store():  # type: ignore[no-untyped-def]
+    memfs.STORE.clear()
+    yield memfs.STORE
+    memfs.STORE.clear()
+
+
+def _remote_settings(settings, tmp_path, landing: str | None = None):  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'remote.db'}"
+    upgrade(make_engine(url))
+    return dataclasses.replace(
+        settings, database_url=url, lake=f"{BUCKET}/lake", landing=landing or settings.landing
+    )
+
+
+def _upload_landing(local: str) -> str:
+    for path in sorted(Path(local).rglob("*")):
+        if path.is_file():
+            memfs.STORE.put(f"{BUCKET}/landing/{path.relative_to(local).as_posix()}", path.read_bytes())
+    return f"{BUCKET}/landing"
+
+
+def _local_events(lake: str) -> dict[str, object]:
+    root = Path(lake)
+    return {
+        p.relative_to(root).as_posix(): pq.read_table(p) for p in sorted((root / "events").rglob("*.parquet"))
+    }
+
+
+def _remote_events() -> dict[str, object]:
+    prefix = f"{BUCKET}/lake/"
+    return {
+        path[len(prefix) :]: pq.read_table(io.BytesIO(memfs.STORE.get(path)))
+        for path, _, _ in memfs.STORE.under(f"{prefix}events/")
+        if path.endswith(".parquet")
+    }
+
+
+def _same_events(local: dict, remote: dict) -> None:
+    assert sorted(remote) == sorted(local)
+    for name, table in local.items():
+        assert remote[name].equals(table), name
+
+
+def _ingest(settings, dates) -> ingest.IngestResult:  # type: ignore[no-untyped-def]
+    return ingest.run([*settings.argv(), *date_args(dates)])
+
+
+def _runs(url: str) -> list[tuple]:
+    return sorted(r[1:2] + r[4:8] for r in table_rows(url, IngestRun))
+
+
+def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_settings, tmp_path, catalog):
+    """Ingest, the data-quality gate, aggregation and metering, day by day as run-day does it, on both."""
+    remote = _remote_settings(sqlite_settings, tmp_path, landing=_upload_landing(sqlite_settings.landing))
+    dates = small_dates()
+    for part in (dates[:-1], dates[-1:]):  # the last landing date carries late events
+        local_result = ingest_and_aggregate(sqlite_settings, part)
+        remote_result = ingest_and_aggregate(remote, part)
+        assert remote_result.ingest.stats == local_result.ingest.stats
+        assert remote_result.ingest.changed_dates == local_result.ingest.changed_dates
+        assert remote_result.aggregated == local_result.aggregated
+    late = [d for d in local_result.ingest.changed_dates if d < dates[-1]]
+    assert late, "late events rewrote a past date"
+    assert table_rows(remote.database_url, UsageDaily) == table_rows(sqlite_settings.database_url, UsageDaily)
+    assert any(p.endswith(".html") for p, _, _ in store.under(f"{BUCKET}/lake/"))  # the gate's report
+    for settings in (sqlite_settings, remote):
+        load_accounts(
+            make_engine(settings.database_url), Path(sqlite_settings.landing) / "accounts.csv", catalog
+        )
+        meter.run([*settings.argv(), *date_args(dates)])
+    for model in (BillableUsage, PoolUsage):
+        assert table_rows(remote.database_url, model) == table_rows(sqlite_settings.database_url, model)
+    assert any("/allocations/" in p for p, _, _ in store.under(f"{BUCKET}/lake/"))
+    local = _local_events(sqlite_settings.lake)
+    _same_events(local, _remote_events())
+    assert _runs(remote.database_url) == _runs(sqlite_settings.database_url)
+    assert not store.under(f"{BUCKET}/lake/_staging/"), "a run left its staging behind"
+    quarantine = [p for p, _, _ in store.under(f"{BUCKET}/lake/quarantine/")]
+    assert len(quarantine) == len(dates)
+
+    replay = _ingest(remote, dates)
+    assert replay.total("clean") == 0 and replay.changed_dates == []
+    _same_events(local, _remote_events())
+
+
+class _Stopped(BaseException):
+    """Ends a run at a checkpoint the way a lost machine would, as far as the lake can tell."""
+
+
+def test_runs_stopped_on_an_object_store_are_finished_or_discarded_by_the_next(
+    store, sqlite_settings, tmp_path, monkeypatch
+):
+    """Staging folders are prefixes there: the next ingest still finds them, rolls a journaled
+    commit forward and discards a run that never reached its journal."""
+    from pipelines import faults
+
+    remote = _remote_settings(sqlite_settings, tmp_path)
+    dates = small_dates()
+    for settings in (sqlite_settings, remote):
+        _ingest(settings, dates[:-1])
+    local_last = _ingest(sqlite_settings, dates[-1:])
+
+    def stop(name: str) -> None:
+        if name == "lake.commit":
+            raise _Stopped
+
+    monkeypatch.setattr(faults, "checkpoint", stop)
+    with pytest.raises(_Stopped):  # the first partition swapped, the others not
+        _ingest(remote, dates[-1:])
+    monkeypatch.undo()
+    assert _remote_events() != _local_events(sqlite_settings.lake)
+    dead = f"{BUCKET}/lake/_staging/dead-run"
+    store.put(f"{dead}/_run.json", b'{"step": "events ingest", "run_id": "dead-run"}')
+    store.put(f"{dead}/events/date={dates[0]}/shard-0000.parquet", b"half a file")
+
+    again = _ingest(remote, dates[-1:])  # finishes the stopped commit, then finds every event stored
+    assert again.total("clean") == 0
+    assert set(local_last.changed_dates) <= set(again.changed_dates)
+    _same_events(_local_events(sqlite_settings.lake), _remote_events())
+    assert not store.under(f"{BUCKET}/lake/_staging/")
+    clean = [r[6] for r in table_rows(remote.database_url, IngestRun) if r[0] != again.run_id]
+    assert sum(clean) == sum(r[6] for r in table_rows(sqlite_settings.database_url, IngestRun))  # its row too
