@@ -16,7 +16,6 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from sqlalchemy import Engine, and_, select
 
 from billing.quota import attach_accounts, split_pro_rata
@@ -108,15 +107,13 @@ def _may_hold(folder: str, shard: int, wanted: np.uint64) -> bool:
 def _draws(lake_root: str, event_id: str, local_day: dt.date, event_file: str) -> tuple[pa.Table, bool]:
     """What each pool covered of the event (pool, tokens), and whether the event's file changed after
     the metering run that wrote those records."""
-    from pipelines.meter import ALLOCATIONS
+    from pipelines.meter import ALLOCATION_SCHEMA, ALLOCATIONS
 
     folder = lake.partition(lake_root, ALLOCATIONS, local_day)
     files = lake.list_files(folder)
     if not files:
         return pa.table({"pool": pa.array([], pa.string()), "tokens": pa.array([], pa.int64())}), False
-    found = ds.dataset(files, format="parquet").to_table(
-        columns=["pool", "tokens"], filter=pc.field("event_id") == event_id
-    )
+    found = lake.scan(files, ["pool", "tokens"], pc.field("event_id") == event_id, ALLOCATION_SCHEMA)
     metered_at = max(m for _, _, m in lake.stamps(files))
     return found, lake.stamps([event_file])[0][2] > metered_at
 

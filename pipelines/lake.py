@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -218,6 +220,29 @@ def open_parquet(path: str, **options: object) -> pq.ParquetFile:
 
 def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
     return open_parquet(path).read(columns=columns)
+
+
+def dataset_files(lake: str, dataset: str) -> list[str]:
+    """Every Parquet file of the committed partitions of ``dataset`` (no half-swapped leftovers)."""
+    return [f for day in partition_dates(lake, dataset) for f in list_files(partition(lake, dataset, day))]
+
+
+def scan(paths: list[str], columns: list[str], where: pc.Expression, schema: pa.Schema) -> pa.Table:
+    """``columns`` of the rows of Parquet files ``paths`` that pass ``where``, with Arrow's pushdown
+    (row groups whose statistics rule it out are not read). Local files are one Arrow dataset; remote
+    ones are read through Beam's FileSystems, each opened seekable, so a lake on any scheme Beam
+    knows works, not only those Arrow knows. ``schema`` types the result when there is no file."""
+    if not paths:
+        return pa.schema([schema.field(c) for c in columns]).empty_table()
+    if all(is_local(p) for p in paths):
+        return ds.dataset(paths, format="parquet").to_table(columns=columns, filter=where)
+    parquet = ds.ParquetFileFormat()
+    tables = []
+    for path in paths:
+        with open_object(path) as handle:
+            fragment = parquet.make_fragment(pa.PythonFile(handle, mode="r"))
+            tables.append(fragment.to_table(columns=columns, filter=where))
+    return pa.concat_tables(tables)
 
 
 def row_groups(paths: Iterable[str]) -> list[tuple[str, int]]:

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, and_, select
 from billing.quota import period_end, period_start
 from pipelines.errors import UsageBillingError
 from schemas.catalog import Catalog, Pool
+from schemas.events import LAKE_SCHEMA
 from schemas.warehouse import Account, PoolUsage
 
 
@@ -111,8 +112,6 @@ def backup_tank(
 ) -> pa.Table:
     """Per account-local ISO week: ``model``'s accounts and tokens, and how many of them came while the
     account's main pool was exhausted (``billing.quota.backup_tank_weekly`` on the lake's events)."""
-    import pyarrow.dataset as ds
-
     from billing.quota import attach_accounts, backup_tank_weekly
     from pipelines import lake
     from pipelines.meter import load_accounts_table
@@ -129,8 +128,11 @@ def backup_tank(
         condition = condition & (
             pc.field("event_time") >= pa.scalar(dt.datetime.combine(since, dt.time(), dt.UTC))
         )
-    events = ds.dataset(lake.join(lake_root, lake.EVENTS), format="parquet").to_table(
-        columns=["event_time", "account_id", "model", "input_tokens", "output_tokens"], filter=condition
+    events = lake.scan(
+        lake.dataset_files(lake_root, lake.EVENTS),
+        ["event_time", "account_id", "model", "input_tokens", "output_tokens"],
+        condition,
+        LAKE_SCHEMA,
     )
     return backup_tank_weekly(attach_accounts(events, load_accounts_table(engine)), pools, catalog, model)
 

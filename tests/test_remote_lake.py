@@ -12,9 +12,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from billing.quota import own_pool_models
 from pipelines import ingest, meter
 from pipelines.accounts import load_accounts
+from pipelines.explain import as_dict, explain_event
 from pipelines.jobs import date_args, ingest_and_aggregate
+from pipelines.quota_view import backup_tank
 from pipelines.warehouse import make_engine, upgrade
 from schemas.warehouse import BillableUsage, IngestRun, PoolUsage, UsageDaily
 from tests import memfs
@@ -103,6 +106,18 @@ def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_s
     assert not store.under(f"{BUCKET}/lake/_staging/"), "a run left its staging behind"
     quarantine = [p for p, _, _ in store.under(f"{BUCKET}/lake/quarantine/")]
     assert len(quarantine) == len(dates)
+
+    # What support and product teams read from the lake: why an event was charged, the backup tank.
+    both = [(make_engine(s.database_url), s.lake) for s in (sqlite_settings, remote)]
+    charges = []
+    for event_id in next(iter(local.values())).column("event_id").to_pylist()[:20]:
+        here, there = (as_dict(explain_event(engine, root, catalog, event_id)) for engine, root in both)
+        assert there == here
+        charges.append(there)
+    assert any(c["pools"] for c in charges)
+    fast = own_pool_models(catalog)[0]
+    here, there = (backup_tank(engine, root, catalog, fast) for engine, root in both)
+    assert there.num_rows and there.equals(here)
 
     replay = _ingest(remote, dates)
     assert replay.total("clean") == 0 and replay.changed_dates == []
