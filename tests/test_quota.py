@@ -315,6 +315,89 @@ def test_a_daylight_saving_change_keeps_local_days_right():
     ]
 
 
+# Zones whose offsets are not whole hours, change by 30 minutes, or changed at odd instants long ago
+# (Amsterdam's +00:19:32 and +01:19:32 until 1937: its changes fall inside a quarter hour).
+ZONES = [
+    "UTC",
+    "Pacific/Honolulu",
+    "Pacific/Kiritimati",
+    "Europe/Berlin",
+    "America/St_Johns",
+    "Asia/Kathmandu",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "Europe/Amsterdam",
+]
+# Instants near offset changes: daylight saving (2026), Amsterdam leaving +01:19:32 (1937).
+_ANCHORS = st.sampled_from(
+    [
+        dt.datetime(2026, 3, 29, 1, tzinfo=dt.UTC),  # Europe/Berlin
+        dt.datetime(2026, 4, 4, 15, tzinfo=dt.UTC),  # Australia/Lord_Howe (30 minutes)
+        dt.datetime(2026, 4, 4, 14, 45, tzinfo=dt.UTC),  # Pacific/Chatham (+12:45)
+        dt.datetime(2026, 3, 8, 5, 30, tzinfo=dt.UTC),  # America/St_Johns (-3:30)
+        dt.datetime(1937, 6, 30, 22, 40, 28, tzinfo=dt.UTC),  # Europe/Amsterdam
+        dt.datetime(1969, 12, 31, 23, tzinfo=dt.UTC),  # before the epoch: floor division
+    ]
+)
+_DAY_US = 86_400_000_000
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    _ANCHORS,
+    st.lists(
+        st.tuples(st.integers(-2 * _DAY_US, 2 * _DAY_US), st.sampled_from(ZONES)), min_size=1, max_size=300
+    ),
+)
+def test_local_dates_equal_a_conversion_of_every_event(anchor, rows):
+    """Offsets looked up per quarter hour give the dates of converting each event on its own."""
+    from billing.quota import _local_dates_per_event
+
+    base = int(anchor.timestamp() * 1_000_000)
+    times = pa.array([base + delta for delta, _ in rows], pa.timestamp("us", tz="UTC"))
+    zones = pa.array([zone for _, zone in rows])
+    assert local_dates(times, zones).tolist() == _local_dates_per_event(times, zones).tolist()
+
+
+def test_local_dates_over_a_century_convert_every_event(monkeypatch):
+    """More zone x quarter-hour cells than the lookup holds: every event is converted on its own.
+    (Not past 2037: Arrow's time zone database applies no daylight saving after 2037.)"""
+    from billing import quota
+
+    looked_up = []
+    monkeypatch.setattr(quota, "_offsets", lambda us, zone: looked_up.append(zone))  # must not be used
+    times = pa.array(
+        [
+            dt.datetime(1930, 1, 1, 23, tzinfo=dt.UTC),
+            dt.datetime(2037, 7, 1, 22, 30, tzinfo=dt.UTC),
+            dt.datetime(2000, 1, 1, tzinfo=dt.UTC),
+        ],
+        pa.timestamp("us", tz="UTC"),
+    )
+    zones = pa.array(["Europe/Berlin", "Europe/Berlin", "UTC"])
+    assert local_dates(times, zones).tolist() == [
+        dt.date(1930, 1, 2),
+        dt.date(2037, 7, 2),
+        dt.date(2000, 1, 1),
+    ]
+    assert looked_up == []
+
+
+def test_local_dates_convert_one_by_one_where_the_offset_changes_inside_a_lookup_cell(monkeypatch):
+    """No zone in use changes its offset inside a quarter hour, so the per-event path is checked on a
+    coarser grid: with one lookup per UTC day, the day of Berlin's change to summer time (01:00 UTC)
+    holds both offsets, and its events must still get their own."""
+    from billing import quota
+
+    t = pa.array(
+        [dt.datetime(2026, 3, 29, 0, 30, tzinfo=dt.UTC), dt.datetime(2026, 3, 29, 22, 30, tzinfo=dt.UTC)],
+        pa.timestamp("us", tz="UTC"),
+    )
+    zones = pa.array(["Europe/Berlin"] * 2)
+    monkeypatch.setattr(quota, "QUARTER_HOUR_US", quota.DAY_US)
+    assert local_dates(t, zones).tolist() == [dt.date(2026, 3, 29), dt.date(2026, 3, 30)]
+
+
 def test_a_plan_change_mid_week_starts_new_balances():
     wed = T + dt.timedelta(days=2)
     result = _check(
