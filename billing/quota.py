@@ -49,7 +49,7 @@ def local_dates(event_time: pa.Array | pa.ChunkedArray, timezone: pa.Array | pa.
     zones = timezone.combine_chunks() if isinstance(timezone, pa.ChunkedArray) else timezone
     if len(times) == 0 or times.null_count or zones.null_count:
         return _local_dates_per_event(times, zones)
-    us = times.cast(pa.int64()).to_numpy()
+    us = times.cast(TIMESTAMP).cast(pa.int64()).to_numpy()  # UTC microseconds whatever the unit given
     quarter = us // QUARTER_HOUR_US
     first = int(quarter.min())
     encoded = pc.dictionary_encode(zones)
@@ -69,6 +69,7 @@ def local_dates(event_time: pa.Array | pa.ChunkedArray, timezone: pa.Array | pa.
 
 
 def _offsets_per_zone(us: np.ndarray, code: np.ndarray, names: list[str]) -> np.ndarray:
+    """UTC offset of each instant in its zone (``names[code]``), one Arrow conversion per zone."""
     out = np.empty(len(us), np.int64)
     for i in np.unique(code).tolist():
         at = code == i

@@ -359,6 +359,13 @@ def test_local_dates_equal_a_conversion_of_every_event(anchor, rows):
     assert local_dates(times, zones).tolist() == _local_dates_per_event(times, zones).tolist()
 
 
+def test_local_dates_take_timestamps_of_any_unit():
+    at = dt.datetime(2026, 3, 29, 22, 30, tzinfo=dt.UTC)  # 00:30 the next day in Berlin (summer time)
+    for unit in ("s", "ms", "us", "ns"):
+        times = pa.array([at], pa.timestamp(unit, tz="UTC"))
+        assert local_dates(times, pa.array(["Europe/Berlin"])).tolist() == [dt.date(2026, 3, 30)], unit
+
+
 def test_local_dates_over_a_century_convert_every_event(monkeypatch):
     """More zone x quarter-hour cells than the lookup holds: every event is converted on its own.
     (Not past 2037: Arrow's time zone database applies no daylight saving after 2037.)"""
