@@ -302,10 +302,10 @@ def _why_charged(out: Console, engine: Engine, settings: Settings) -> None:
     """The last event that ran a model's own pool dry, explained as support sees it."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     from pipelines.explain import explain_event, render
     from pipelines.quota_view import as_utc
+    from schemas.events import LAKE_SCHEMA
 
     own = sorted(
         {pool.id for plan in settings.catalog.plans for pool in plan.pools if "*" not in pool.models}
@@ -322,10 +322,11 @@ def _why_charged(out: Console, engine: Engine, settings: Settings) -> None:
         return
     when = as_utc(row.exhausted_at)
     assert when is not None
-    folder = lake.partition(settings.lake, lake.EVENTS, when.date())
-    events = ds.dataset(folder, format="parquet").to_table(
-        columns=["event_id"],
-        filter=(pc.field("account_id") == row.account_id) & (pc.field("event_time") == pa.scalar(when)),
+    events = lake.scan(
+        lake.list_files(lake.partition(settings.lake, lake.EVENTS, when.date())),
+        ["event_id"],
+        (pc.field("account_id") == row.account_id) & (pc.field("event_time") == pa.scalar(when)),
+        LAKE_SCHEMA,
     )
     if not events.num_rows:
         return
