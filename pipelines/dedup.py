@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.events import EVENT_SCHEMA, LAKE_SCHEMA, QUARANTINE_SCHEMA
+from schemas.events import EVENT_SCHEMA, LAKE_SCHEMA, QUARANTINE_SCHEMA, utc_date
 from schemas.jsonl import ROW_NUMBER
 
 HASH = "_hash"  # uint64 hash of event_id, carried from read to dedup (never stored in the lake)
@@ -271,7 +271,7 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
         lake_rows_of_new = new if keep.all() else new.filter(pa.array(keep))
         # Back to the lake's plain text columns: dictionary arrays only travel inside the run.
         lake_rows_of_new = lake_rows_of_new.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
-        day_of = pc.cast(lake_rows_of_new["event_time"], pa.date32()).to_numpy().astype("datetime64[D]")
+        day_of = utc_date(lake_rows_of_new["event_time"]).to_numpy().astype("datetime64[D]")
         new_hashes = hashes[keep]
         days = np.unique(day_of)
         for day in days:

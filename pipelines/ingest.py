@@ -52,7 +52,7 @@ from pipelines.readers import file_kind, parquet_units, read_json_file, read_par
 from pipelines.validate import Rules, validate
 from pipelines.warehouse import make_engine, require_schema
 from schemas.catalog import load_catalog
-from schemas.events import LAKE_SCHEMA, QUARANTINE_SCHEMA
+from schemas.events import LAKE_SCHEMA, QUARANTINE_SCHEMA, utc_date
 from schemas.warehouse import IngestRun, RecomputeQueue
 
 log = logging.getLogger(__name__)
@@ -291,7 +291,7 @@ def _per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
         keyed = pa.table(
             {
                 "landing": result.new_clean["_landing_date"],
-                "day": pa.compute.cast(result.new_clean["event_time"], pa.date32()),
+                "day": utc_date(result.new_clean["event_time"]),
             }
         )
         for row in keyed.group_by(["landing", "day"]).aggregate([([], "count_all")]).to_pylist():

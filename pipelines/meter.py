@@ -57,7 +57,7 @@ from pipelines.errors import UsageBillingError
 from pipelines.locks import database_lock
 from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
-from schemas.events import LAKE_SCHEMA
+from schemas.events import LAKE_SCHEMA, utc_date
 from schemas.warehouse import Account, BillableUsage, MeteredDay, PoolUsage
 
 ALLOCATIONS = "allocations"
@@ -330,7 +330,7 @@ def billable_rows(
     ``rate_day`` is the UTC date of the row's first event: the day its price is looked up on. Events
     of one local day priced differently (a price change at UTC midnight) get rows of their own.
     """
-    utc_day = pc.cast(events["event_time"], pa.date32()).to_numpy().astype("datetime64[D]")
+    utc_day = utc_date(events["event_time"]).to_numpy().astype("datetime64[D]")
     rate = rate_from(catalog, events["model"], events["speed_tier"], utc_day)
     rate_key = np.where(np.isnat(rate), -1, rate.astype(np.int64))
     # Sum per event group first (six token columns), then one row per token kind: a third of the rows
@@ -368,7 +368,7 @@ def metered_days(events: pa.Table, included: np.ndarray, overage: np.ndarray, ke
     rows = pa.table(
         {
             "local_day": events["local_day"],
-            "utc_day": pc.cast(events["event_time"], pa.date32()),
+            "utc_day": utc_date(events["event_time"]),
             "included_tokens": pa.array(included.sum(axis=1)),
             "overage_tokens": pa.array(overage.sum(axis=1)),
         }

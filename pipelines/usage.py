@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.events import utc_date
+
 USAGE_KEYS = ("day", "account_id", "model", "speed_tier")
 USAGE_SUMS = (
     "requests",
@@ -131,7 +133,7 @@ class DayPartials:
 
 def partial_usage(events: pa.Table) -> DayPartials:
     """Lake rows -> partial usage, errors by code and speed histogram, each keyed by UTC day."""
-    day = pc.cast(events["event_time"], pa.date32())
+    day = utc_date(events["event_time"])
     is_error = pc.equal(events["status"], "error")
     timed = pc.fill_null(pc.greater(events["duration_ms"], 0), False)
     usage = pa.table(

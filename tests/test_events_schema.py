@@ -61,3 +61,24 @@ def test_each_bad_line_is_rejected_with_its_reason_and_the_rest_survive():
 def test_raw_text_of_rows_is_available_for_quarantine():
     result = read_json_lines(b'{"event_id":"a"}\n{"event_id":"b"}\n', RAW_JSON_SCHEMA)
     assert result.raw_text(pa.array([2])).to_pylist() == ['{"event_id":"b"}']
+
+
+def test_utc_date_is_arrows_cast_for_every_unit_zone_and_null():
+    import datetime as dt
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from schemas.events import utc_date
+
+    # Instants from 1935 to 2105, near midnights, before 1970 (negative values floor, not truncate).
+    seconds = np.random.default_rng(7).integers(-(2**31), 2**32, 20_000)
+    seconds = np.concatenate([seconds, [-1, 0, 1, 86_399, 86_400, -86_400, -86_401]])
+    for unit, scale in (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9)):
+        for zone in ("UTC", "+00:00", "Etc/UTC", "Europe/Berlin", "Pacific/Kiritimati", None):
+            values = pa.array(seconds * scale, pa.timestamp(unit, tz=zone))
+            values = pa.chunked_array([values, pa.nulls(2, values.type)])
+            got = utc_date(values)
+            assert got.type == pa.date32()
+            assert got.equals(pc.cast(values, pa.date32())), (unit, zone)
+    assert utc_date(pa.array([-1], pa.timestamp("us", tz="UTC"))).to_pylist() == [dt.date(1969, 12, 31)]
