@@ -8,6 +8,7 @@ the previous rows in place.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -197,25 +198,51 @@ def _sqlite_plain(t: pa.DataType) -> bool:
     )
 
 
+SQLITE_ROWS_PER_INSERT = 50  # rows per INSERT statement (within SQLite's oldest limit of 999 parameters)
+
+
 def _sqlite_executemany(conn: Connection, table: Table, rows: pa.Table) -> None:
-    """The DBAPI cursor's executemany with column-wise tuples, on the caller's transaction.
+    """The DBAPI cursor's executemany on the caller's transaction, ``SQLITE_ROWS_PER_INSERT`` rows
+    per statement: one ``INSERT ... VALUES (..), (..), ..`` step instead of one per row (1.9M
+    billable rows: 10.0 -> 6.4 s), the values made into Python objects column by column
+    (``_python_values``: 6.4 -> 5.3 s).
 
     Dates and timestamps go in as text in the formats SQLAlchemy's SQLite types store and read
     (timestamps in UTC, microseconds); decimals as exact text, which SQLite's NUMERIC affinity takes.
     """
     columns = [_sqlite_value(c) for c in rows.columns]
     names = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in rows.column_names)
-    sql = (
-        f"INSERT INTO {conn.dialect.identifier_preparer.format_table(table)} ({names}) "
-        f"VALUES ({', '.join('?' * len(columns))})"
-    )
+    width = len(columns)
+    per = max(1, min(SQLITE_ROWS_PER_INSERT, 999 // width))
+    row = f"({', '.join('?' * width)})"
+    sql = f"INSERT INTO {conn.dialect.identifier_preparer.format_table(table)} ({names}) VALUES "
     cursor = conn.connection.driver_connection.cursor()
     try:
         for start in range(0, rows.num_rows, INSERT_BATCH_ROWS * 5):
-            chunk = [c.slice(start, INSERT_BATCH_ROWS * 5).to_pylist() for c in columns]
-            cursor.executemany(sql, zip(*chunk, strict=True))
+            chunk = [_python_values(c.slice(start, INSERT_BATCH_ROWS * 5)) for c in columns]
+            flat = list(itertools.chain.from_iterable(zip(*chunk, strict=True)))
+            whole = len(flat) // (width * per) * (width * per)
+            step = width * per
+            cursor.executemany(
+                sql + ", ".join([row] * per), (flat[i : i + step] for i in range(0, whole, step))
+            )
+            if whole < len(flat):  # the last rows, fewer than a statement's
+                cursor.execute(sql + ", ".join([row] * ((len(flat) - whole) // width)), flat[whole:])
     finally:
         cursor.close()
+
+
+def _python_values(column: pa.ChunkedArray) -> list:
+    """The column as a list of Python values. Text of few distinct values (days, models, kinds,
+    account ids) makes one Python string per distinct value, shared by its rows: half the time of
+    ``to_pylist`` for billable usage's columns."""
+    column = column.combine_chunks()
+    if pa.types.is_string(column.type) and len(column) > 1:
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        if len(encoded.dictionary) * 2 <= len(column):
+            values = np.array(encoded.dictionary.to_pylist(), dtype=object)
+            return values[encoded.indices.to_numpy(zero_copy_only=False)].tolist()
+    return column.to_pylist()
 
 
 def _sqlite_value(column: pa.ChunkedArray) -> pa.ChunkedArray:

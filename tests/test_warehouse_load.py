@@ -1,16 +1,32 @@
 """Bulk loads put rows in primary key order with integer ranks instead of a string sort: the order
-must be exactly the one Arrow's (and the databases' byte-order) sort gives."""
+must be exactly the one Arrow's (and the databases' byte-order) sort gives. On SQLite they insert
+several rows per statement: the rows stored must be the ones SQLAlchemy's own insert stores."""
 
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Date,
+    DateTime,
+    MetaData,
+    Numeric,
+    String,
+    Table,
+    create_engine,
+    insert,
+    select,
+)
 
-from pipelines.warehouse import key_order
+from pipelines.warehouse import SQLITE_ROWS_PER_INSERT, insert_arrow, key_order
 
 KEYS = ["day", "name", "n", "at"]
 DAY0 = dt.date(2026, 1, 1)
@@ -61,3 +77,56 @@ def test_wide_ranges_fall_back_to_lexsort_and_nulls_to_arrow():
     with_null = table.set_column(1, "name", pa.array(["b", None, "a", "b"]))
     expected = pc.sort_indices(with_null, [("name", "ascending"), ("n", "ascending")])
     assert key_order(with_null, ["name", "n"]).to_pylist() == expected.to_pylist()
+
+
+def _sa_table(name: str, md: MetaData, extra: list[str]) -> Table:
+    return Table(
+        name,
+        md,
+        Column("id", BigInteger, primary_key=True),
+        Column("kind", String, nullable=True),  # few values and nulls: the shared-string path
+        Column("uid", String),  # all distinct: to_pylist
+        Column("day", Date),
+        Column("at", DateTime),
+        Column("amount", Numeric(12, 4)),
+        *[Column(x, BigInteger) for x in extra],
+    )
+
+
+def test_sqlite_bulk_insert_stores_what_sqlalchemy_would_for_every_size_and_width():
+    """The fast SQLite path (several rows per INSERT, shared strings) against SQLAlchemy's own insert
+    of the same rows: the same values come back, for row counts around the statement size and for a
+    table wide enough to put fewer rows in a statement."""
+    rng = np.random.default_rng(5)
+    engine = create_engine("sqlite://")
+    for width in (4, 30):  # 30 columns: 33 rows per statement
+        extra = [f"x{i}" for i in range(width - 4)]
+        for n in (1, SQLITE_ROWS_PER_INSERT - 1, SQLITE_ROWS_PER_INSERT, SQLITE_ROWS_PER_INSERT + 1, 2345):
+            md = MetaData()
+            fast, slow = _sa_table("fast", md, extra), _sa_table("slow", md, extra)
+            md.create_all(engine)
+            rows = pa.table(
+                {
+                    "id": pa.array(rng.permutation(n) * 7 - 3, pa.int64()),
+                    "kind": pa.array(
+                        [None if k == 3 else ["a", "é", "😀"][k] for k in rng.integers(0, 4, n)], pa.string()
+                    ),
+                    "uid": pa.array([f"u-{i}-{rng.integers(10**9)}" for i in range(n)], pa.string()),
+                    "day": pa.array(rng.integers(0, 40_000, n).astype("datetime64[D]")),
+                    "at": pa.array(rng.integers(0, 2**50, n).astype("datetime64[us]")).cast(
+                        pa.timestamp("us", tz="UTC")
+                    ),
+                    "amount": pa.array(
+                        [Decimal(int(v)) / 10_000 for v in rng.integers(-(10**9), 10**9, n)]
+                    ).cast(pa.decimal128(12, 4)),
+                    **{x: pa.array(rng.integers(-(2**62), 2**62, n), pa.int64()) for x in extra},
+                }
+            )
+            with engine.begin() as conn:
+                assert insert_arrow(conn, fast, rows) == n
+                conn.execute(insert(slow), rows.to_pylist())
+            with engine.connect() as conn:
+                got = conn.execute(select(fast).order_by(fast.c.id)).all()
+                want = conn.execute(select(slow).order_by(slow.c.id)).all()
+            assert len(got) == n and got == want, (width, n)
+            md.drop_all(engine)
