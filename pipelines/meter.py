@@ -12,7 +12,8 @@ on later data. Metering a period day by day or all at once therefore gives the s
 Shape (runner-portable, like ingest): read row groups, attach plan and local day, spill by account
 shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
 (vectorized), stage the outputs; the driver loads them in one transaction and joins each local
-day's allocation records (spilled per shard) into one file of that day's partition.
+day's allocation records and kept balances (spilled per shard) into one file of that day's
+partition.
 
 Starting from balances: every run also leaves, for the dates where a later run can start
 (``state_dates``), each open balance key's state at the end of that day (lake ``pool_state/date=D``)
@@ -233,15 +234,12 @@ class AllocateShard(beam.DoFn):
         if self.state_days:
             states = balances_at(result.balances, self.first, max(self.state_days))
             keep = pc.is_in(states["local_day"], value_set=pa.array(sorted(self.state_days), pa.date32()))
-            self._by_day(states.filter(keep), POOL_STATE, name)
+            _spill_days(
+                states.filter(keep).cast(BALANCE_SCHEMA),
+                lake.join(self.stage_root, STATE_SPILL),
+                f"shard-{shard:04d}",
+            )
         yield shard
-
-    def _by_day(self, rows: pa.Table, dataset: str, name: str) -> None:
-        """Rows straight to their staged day partitions (the driver never holds them all)."""
-        rows, days = _day_runs(rows)
-        for day, (start, end) in days:
-            staged = lake.partition(lake.join(self.stage_root, "_commit"), dataset, day)
-            lake.write_parquet(lake.join(staged, name), rows.slice(start, end - start))
 
 
 def _day_runs(rows: pa.Table) -> tuple[pa.Table, list[tuple[dt.date, tuple[int, int]]]]:
@@ -266,6 +264,7 @@ ALLOCATION_SCHEMA = pa.schema(
     ]
 )
 ALLOCATION_SPILL = "_allocations"  # per shard: the records as Arrow IPC, one batch range per local day
+STATE_SPILL = "_pool_state"  # per shard: the kept balances, the same way
 ROWS_PER_GROUP = 256 * 1024  # allocation records per row group of a day's file
 
 
@@ -284,11 +283,21 @@ def _spill_days(rows: pa.Table, folder: str, name: str) -> None:
 
 
 def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.date]) -> int:
-    """One file per local day (``part-0000.parquet``), joined from every shard's spill, row groups of
-    ``ROWS_PER_GROUP``: not one small file per shard and day (metering 10M events over 28 days wrote
-    100 per day). The driver holds one row group at a time. A day without records commits an empty partition.
-    Returns the rows."""
-    folder = lake.join(stage, ALLOCATION_SPILL)
+    """The allocation records of each local day, joined from every shard's spill, replace the day's
+    partition; a day without records commits an empty partition. Returns the rows."""
+    rows = _join_spilled(stage, ALLOCATION_SPILL, ALLOCATIONS, ALLOCATION_SCHEMA, dates)
+    for day in dates:
+        staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
+        lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
+    return rows
+
+
+def _join_spilled(stage: str, spill: str, dataset: str, schema: pa.Schema, days: list[dt.date]) -> int:
+    """Each day's rows of every shard's spill (``_spill_days``) as one staged file of the day's
+    partition (``part-0000.parquet``), row groups of ``ROWS_PER_GROUP``: not one small file per shard
+    and day (metering 10M events over 28 days wrote 100 per day). The driver holds one row group at a
+    time. A day without rows gets no file. Returns the rows."""
+    folder = lake.join(stage, spill)
     pieces: dict[str, list[tuple[str, int, int]]] = {}
     for sidecar in lake.list_files(folder, "*.json"):
         data = sidecar.removesuffix(".json") + ".arrow"
@@ -296,27 +305,27 @@ def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.
             pieces.setdefault(day, []).append((data, first, end))
     rows = 0
     with lake.IpcSegments() as spills:
-        for day in dates:
-            staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
-            if day.isoformat() in pieces:
-                writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), ALLOCATION_SCHEMA)
-                buffer: list[pa.Table] = []
-                try:
-                    for data, first, end in pieces[day.isoformat()]:
-                        buffer.append(spills.read(data, first, end))
-                        if sum(t.num_rows for t in buffer) >= ROWS_PER_GROUP:
-                            rows += _flush(writer, buffer)
-                    rows += _flush(writer, buffer)
-                finally:
-                    writer.close()
-            lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
+        for day in days:
+            if day.isoformat() not in pieces:
+                continue
+            staged = lake.partition(lake.join(stage, "_commit"), dataset, day)
+            writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), schema)
+            buffer: list[pa.Table] = []
+            try:
+                for data, first, end in pieces[day.isoformat()]:
+                    buffer.append(spills.read(data, first, end))
+                    if sum(t.num_rows for t in buffer) >= ROWS_PER_GROUP:
+                        rows += _flush(writer, buffer)
+                rows += _flush(writer, buffer)
+            finally:
+                writer.close()
     return rows
 
 
 def _flush(writer: lake.ParquetAppender, buffer: list[pa.Table]) -> int:
     if not buffer:
         return 0
-    table = pa.concat_tables(buffer).combine_chunks()  # spilled as ALLOCATION_SCHEMA already
+    table = pa.concat_tables(buffer).combine_chunks()  # spilled in the file's schema already
     buffer.clear()
     writer.write(table)
     return table.num_rows
@@ -521,6 +530,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
             if pools is not None:
                 insert_arrow(conn, pt, pools)
         allocations = _commit_allocations(opts.lake, stage, run_id, dates)
+        _join_spilled(stage, STATE_SPILL, POOL_STATE, BALANCE_SCHEMA, sorted(new_stamps))
         for day in dates:  # a date without a stamp commits an empty partition: no state
             staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
             if day in new_stamps:
@@ -595,7 +605,7 @@ def state_dates(lake_root: str, dates: list[dt.date]) -> list[dt.date]:
     """The dates whose end-of-day balances a run keeps: where a later run can start. Only dates whose
     next UTC day has events (until those arrive, the stamp is bound to change); of those, the last
     ``STATE_DAYS`` (a daily run starts the day before its earliest late event) and each month's last
-    day (``--month``). Not every day of a long backfill: one small file per shard and date."""
+    day (``--month``). Not every day of a long backfill: a file per date."""
     ready = [
         d
         for d in dates

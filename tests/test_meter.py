@@ -471,17 +471,36 @@ def test_quota_explain_on_the_command_line(ingested, capsys, tmp_path):
     assert f"on plan '{plan}', which the catalog does not have" in err and "Traceback" not in err
 
 
-def test_allocation_records_are_one_file_per_local_day(ingested, monkeypatch):
+def _kept_balances(lake_root: str) -> list[dict]:
+    rows = [
+        row
+        for day in lake.partition_dates(lake_root, meter.POOL_STATE)
+        for f in lake.list_files(lake.partition(lake_root, meter.POOL_STATE, day))
+        for row in lake.read_parquet(f).to_pylist()
+    ]
+    return sorted(rows, key=repr)
+
+
+def test_allocation_records_and_kept_balances_are_one_file_per_local_day(ingested, monkeypatch):
     """Every shard's records of a day are joined into one file (row groups of ROWS_PER_GROUP, the
-    driver holding one at a time), not one small file per shard and day; the rows do not change."""
+    driver holding one at a time), not one small file per shard and day; so are the balances kept
+    for later runs; the rows do not change."""
     dates = small_dates()
     _meter(ingested, dates)
     whole = _allocations(ingested.lake)
+    balances = _kept_balances(ingested.lake)
     monkeypatch.setattr(meter, "ROWS_PER_GROUP", 64)
     monkeypatch.setattr(meter, "SHARD_ROWS", 500)  # many shards: many pieces per day
     monkeypatch.setattr(lake.IpcSegments, "OPEN", 3)  # and spill files closed while their rows wait
     _meter(ingested, dates)
     assert _allocations(ingested.lake) == whole and len(whole) > 0
+    assert _kept_balances(ingested.lake) == balances and len(balances) > 0
+    kept = 0
+    for day in dates:
+        files = lake.list_files(lake.partition(ingested.lake, meter.POOL_STATE, day), "*")
+        assert [Path(f).name for f in files] in ([], [meter.STATE_STAMP, "part-0000.parquet"])
+        kept += len(files) > 0
+    assert kept > 1
     groups = 0
     for day in dates:
         files = lake.list_files(lake.partition(ingested.lake, meter.ALLOCATIONS, day), "*")
