@@ -501,6 +501,9 @@ class AccountIndex:
         self.until = np.where(np.isnat(until), np.iinfo(np.int64).max, (until - EPOCH).astype(np.int64))
         self.keys = self.row_code * SPAN + self.start  # sorted: by account, then start
         self.plans = rows["plan"].cast(pa.string()).combine_chunks()
+        # Each account's first row, and whether it is its only one (most accounts never change plan).
+        self.first = np.searchsorted(self.row_code, np.arange(len(self.ids)))
+        self.single = np.diff(np.append(self.first, len(self.row_code))) == 1
 
 
 SPAN = 1 << 32  # (account code, day) -> one int64 key
@@ -524,11 +527,21 @@ def attach_accounts(events: pa.Table, accounts: AccountIndex | pa.Table) -> pa.T
     zone = pc.if_else(pa.array(known), index.zones.take(pa.array(code)), pa.scalar(None, pa.string()))
     local = local_dates(events["event_time"], pc.fill_null(zone, "UTC"))  # unknown account: UTC
     # The plan in force: the account's last row starting on or before the local day, if it has not
-    # ended (rows of one account never overlap). One search over (account, date) keys.
+    # ended (rows of one account never overlap). An account with one row: that row (a gather); the
+    # others: one search over (account, date) keys.
     day = (local - EPOCH).astype(np.int64)
-    row = np.searchsorted(index.keys, code * SPAN + day, side="right") - 1
+    row = index.first[code]
+    several = np.flatnonzero(~index.single[code])
+    if len(several):
+        row[several] = np.searchsorted(index.keys, code[several] * SPAN + day[several], side="right") - 1
     at = np.clip(row, 0, None)
-    in_force = known & (row >= 0) & (index.row_code[at] == code) & (day <= index.until[at])
+    in_force = (
+        known
+        & (row >= 0)
+        & (index.row_code[at] == code)
+        & (index.start[at] <= day)
+        & (day <= index.until[at])
+    )
     plan = index.plans.take(pa.array(at, mask=~in_force))
     return events.append_column("local_day", pa.array(local).cast(pa.date32())).append_column("plan", plan)
 

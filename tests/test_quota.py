@@ -473,6 +473,70 @@ def test_attach_accounts_gives_local_day_and_the_plan_in_force():
     ]
 
 
+@st.composite
+def _accounts_and_events(draw):  # type: ignore[no-untyped-def]
+    """Accounts of one to three rows (gaps between them, open ends, dates before 1970) and events
+    on days around their ranges, some of unknown accounts."""
+    accounts = []
+    for a in range(draw(st.integers(1, 6))):
+        day = dt.date(1969, 12, 1) + dt.timedelta(days=draw(st.integers(0, 60)))
+        for last in [i == 0 for i in reversed(range(draw(st.integers(1, 3))))]:
+            until = day + dt.timedelta(days=draw(st.integers(0, 20)))
+            open_end = last and draw(st.booleans())
+            plan = draw(st.sampled_from(["plus", "pro", None]))
+            accounts.append((f"acct-{a}", plan, None if open_end else until, day))
+            day = until + dt.timedelta(days=draw(st.integers(1, 5)))
+    names = [*sorted({a for a, *_ in accounts}), "nobody"]
+    events = [
+        (draw(st.sampled_from(names)), dt.date(1969, 11, 25) + dt.timedelta(days=draw(st.integers(0, 150))))
+        for _ in range(draw(st.integers(1, 40)))
+    ]
+    return accounts, events
+
+
+@settings(max_examples=200, deadline=None)
+@given(_accounts_and_events())
+def test_attach_accounts_finds_the_row_in_force_like_a_plain_search(case):
+    """The plan attached to each event is the one of its account's row whose dates hold the event's
+    day, searched row by row: for accounts of one row (looked up directly) and of several."""
+    from billing.quota import attach_accounts
+
+    accounts, events = case
+    table = pa.table(
+        {
+            "account_id": [a for a, *_ in accounts],
+            "plan": pa.array([p for _, p, *_ in accounts], pa.string()),
+            "timezone": ["UTC"] * len(accounts),
+            "active_from": pa.array([start for *_, start in accounts], pa.date32()),
+            "active_until": pa.array([until for _, _, until, _ in accounts], pa.date32()),
+        }
+    )
+    times = [dt.datetime.combine(day, dt.time(12), tzinfo=dt.UTC) for _, day in events]
+    out = attach_accounts(
+        pa.table(
+            {
+                "event_id": [str(i) for i in range(len(events))],
+                "account_id": [a for a, _ in events],
+                "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+            }
+        ),
+        table,
+    )
+    expected = [
+        next(
+            (
+                p
+                for a, p, until, start in accounts
+                if a == account and start <= day and (until is None or day <= until)
+            ),
+            None,
+        )
+        for account, day in events
+    ]
+    assert out["local_day"].to_pylist() == [day for _, day in events]
+    assert out["plan"].to_pylist() == expected
+
+
 def test_attach_accounts_without_any_account_meters_in_utc_without_a_plan():
     from billing.quota import attach_accounts
 
