@@ -86,7 +86,8 @@ def _sa_table(name: str, md: MetaData, extra: list[str]) -> Table:
         Column("id", BigInteger, primary_key=True),
         Column("kind", String, nullable=True),  # few values and nulls: the shared-string path
         Column("uid", String),  # all distinct: to_pylist
-        Column("day", Date),
+        Column("day", Date),  # all but distinct
+        Column("due", Date, nullable=True),  # few values and nulls
         Column("at", DateTime),
         Column("amount", Numeric(12, 4)),
         *[Column(x, BigInteger) for x in extra],
@@ -99,8 +100,8 @@ def test_sqlite_bulk_insert_stores_what_sqlalchemy_would_for_every_size_and_widt
     table wide enough to put fewer rows in a statement."""
     rng = np.random.default_rng(5)
     engine = create_engine("sqlite://")
-    for width in (4, 30):  # 30 columns: 33 rows per statement
-        extra = [f"x{i}" for i in range(width - 4)]
+    for width in (7, 30):  # 30 columns: 33 rows per statement
+        extra = [f"x{i}" for i in range(width - 7)]
         for n in (1, SQLITE_ROWS_PER_INSERT - 1, SQLITE_ROWS_PER_INSERT, SQLITE_ROWS_PER_INSERT + 1, 2345):
             md = MetaData()
             fast, slow = _sa_table("fast", md, extra), _sa_table("slow", md, extra)
@@ -113,6 +114,10 @@ def test_sqlite_bulk_insert_stores_what_sqlalchemy_would_for_every_size_and_widt
                     ),
                     "uid": pa.array([f"u-{i}-{rng.integers(10**9)}" for i in range(n)], pa.string()),
                     "day": pa.array(rng.integers(0, 40_000, n).astype("datetime64[D]")),
+                    "due": pa.array(
+                        [None if d == 0 else DAY0 + dt.timedelta(days=int(d)) for d in rng.integers(0, 4, n)],
+                        pa.date32(),
+                    ),
                     "at": pa.array(rng.integers(0, 2**50, n).astype("datetime64[us]")).cast(
                         pa.timestamp("us", tz="UTC")
                     ),
