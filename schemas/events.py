@@ -82,15 +82,16 @@ QUARANTINE_SCHEMA = pa.schema(
     metadata={"name": "quarantine", "version": str(SCHEMA_VERSION)},
 )
 
-_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z"})
+_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "+00:00"})
 
 
 def utc_date(times: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """The UTC date of each timestamp (``event_time`` -> its event date).
+    """The UTC date of each UTC timestamp (``event_time`` -> its event date).
 
     The same as ``pc.cast(times, pa.date32())``, 14x faster for UTC timestamps: Arrow converts a
     zoned timestamp to a date through its time-zone database even when the zone is UTC, while a
     UTC timestamp's stored value is already the UTC instant, so the zone can be dropped first.
+    Timestamps of another zone get Arrow's cast unchanged (the date in that zone).
     """
     kind = times.type
     if pa.types.is_timestamp(kind) and kind.tz in _UTC_NAMES:
