@@ -280,13 +280,16 @@ def row_group_units(paths: Iterable[str], max_rows: int | None = None) -> list[U
     return units
 
 
-def read_unit(unit: Unit, columns: list[str] | None = None) -> pa.Table:
-    """The rows of a unit's row groups, in order, as one table."""
+def read_unit(
+    unit: Unit, columns: list[str] | None = None, read_dictionary: list[str] | None = None
+) -> pa.Table:
+    """The rows of a unit's row groups, in order, as one table; ``read_dictionary``: text columns to
+    read as dictionary arrays (one chunk per row group, each with its own dictionary)."""
     files: dict[str, pq.ParquetFile] = {}
     parts = []
     for path, group in unit:
         if path not in files:
-            files[path] = open_parquet(path)
+            files[path] = open_parquet(path, read_dictionary=read_dictionary)
         parts.append(files[path].read_row_group(group, columns=columns))
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 

@@ -78,7 +78,9 @@ COLUMNS = [
     "output_tokens",
 ]
 log = logging.getLogger(__name__)
-# What ReadAndSpill hands to AllocateShard: the columns above, the local day and plan, the shard hash.
+FEW_VALUES = ["account_id", "model", "speed_tier"]  # read as dictionary arrays (see ReadAndSpill)
+# What ReadAndSpill hands to AllocateShard: the columns above, the local day and plan, the shard hash
+# (FEW_VALUES spilled as dictionary arrays, plain text again in AllocateShard).
 SPILL_SCHEMA = pa.schema(
     [LAKE_SCHEMA.field(c).remove_metadata() for c in COLUMNS]
     + [pa.field("local_day", pa.date32()), pa.field("plan", pa.string()), pa.field(HASH, pa.uint64())]
@@ -133,7 +135,11 @@ class ReadAndSpill(beam.DoFn):
         self.index = AccountIndex(self.accounts)
 
     def process(self, unit: lake.Unit):  # type: ignore[no-untyped-def]
-        events = attach_accounts(lake.read_unit(unit, COLUMNS), self.index)
+        # Accounts, models and tiers as dictionary arrays until AllocateShard: the read builds no
+        # string per row, the account lookup and hash run per distinct account, the shard sort and
+        # the spill move 4-byte indices.
+        events = lake.read_unit(unit, COLUMNS, read_dictionary=FEW_VALUES).combine_chunks()
+        events = attach_accounts(events, self.index)
         keep = pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32()))
         if self.since is not None:  # starting from balances: the days before are in them
             keep = pc.and_(keep, pc.greater_equal(events["local_day"], pa.scalar(self.since, pa.date32())))
@@ -155,8 +161,13 @@ def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, k
     """Write ``table`` as one Arrow IPC file, one record batch range per account shard; yields
     (shard, (kind, file, first batch, end batch))."""
     # An account has many events: hash each account once (2.6x faster than hashing every row).
-    accounts = pc.dictionary_encode(table["account_id"].combine_chunks(), null_encoding="encode")
-    hashes = stable_hash(accounts.dictionary)[accounts.indices.to_numpy(zero_copy_only=False)]
+    accounts = table["account_id"].combine_chunks()
+    if accounts.null_count:  # not expected (a required field): each row's text
+        hashes = stable_hash(accounts.cast(pa.string()))
+    else:
+        if not pa.types.is_dictionary(accounts.type):
+            accounts = pc.dictionary_encode(accounts)
+        hashes = stable_hash(accounts.dictionary)[accounts.indices.to_numpy()]
     table = table.append_column(HASH, pa.array(hashes, pa.uint64()))
     table, segments = shard_segments(table, shards)
     if not segments:
@@ -188,7 +199,7 @@ class AllocateShard(beam.DoFn):
         for kind, path, first, end in refs:
             parts[kind].append(lake.read_ipc_batches(path, first, end))
         if parts["events"]:
-            events = pa.concat_tables(parts["events"]).combine_chunks()
+            events = pa.concat_tables(parts["events"]).combine_chunks().cast(SPILL_SCHEMA)
         else:  # only balances carried over: their pool rows and states still come out
             events = SPILL_SCHEMA.empty_table()
         state = pa.concat_tables(parts["state"]) if parts["state"] else None
