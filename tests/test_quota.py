@@ -512,16 +512,14 @@ def test_attach_accounts_finds_the_row_in_force_like_a_plain_search(case):
         }
     )
     times = [dt.datetime.combine(day, dt.time(12), tzinfo=dt.UTC) for _, day in events]
-    out = attach_accounts(
-        pa.table(
-            {
-                "event_id": [str(i) for i in range(len(events))],
-                "account_id": [a for a, _ in events],
-                "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
-            }
-        ),
-        table,
+    events_table = pa.table(
+        {
+            "event_id": [str(i) for i in range(len(events))],
+            "account_id": [a for a, _ in events],
+            "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+        }
     )
+    out = attach_accounts(events_table, table)
     expected = [
         next(
             (
@@ -535,6 +533,10 @@ def test_attach_accounts_finds_the_row_in_force_like_a_plain_search(case):
     ]
     assert out["local_day"].to_pylist() == [day for _, day in events]
     assert out["plan"].to_pylist() == expected
+    # Accounts as a dictionary array (how metering reads them): the same plans and days.
+    encoded = events_table.set_column(1, "account_id", events_table["account_id"].dictionary_encode())
+    again = attach_accounts(encoded, table)
+    assert again["plan"].to_pylist() == expected and again["local_day"].equals(out["local_day"])
 
 
 def test_attach_accounts_without_any_account_meters_in_utc_without_a_plan():
