@@ -1,0 +1,244 @@
+"""What this machine allows: the least work a 10M-event ingest and a 10M-event metering run must do,
+each piece timed alone with pyarrow and sqlite3 (no checks, no dedup, no allocation, no Beam), beside
+the time the targets leave for the whole run.
+
+    .venv/bin/python -m benchmarks.floor [--workdir /tmp/ub-bench-floor]
+
+- start-up: a Python process that imports what every Beam step imports, and nothing else;
+- ingest (1.5M events/s from Parquet): the benchmark's landing Parquet files read and written back
+  as the lake's zstd Parquet on two threads (again with the writer's statistics off, and with no
+  compression, to show how much of it is the encoding);
+- metering (2M events/s): the lake columns metering reads, the per-event allocation records and the
+  ``billable_usage`` rows a real ``quota meter`` run wrote, the records written as the lake writes
+  them on two threads, the rows loaded into a fresh SQLite warehouse by the project's own loader and
+  by sqlite3 alone with nothing SQLite does not need (no journal, no sync: what it cannot do faster).
+
+Each piece is the best of three. The pieces' sum is a floor, not an estimate: a run does all of it and
+more (validation, dedup, allocation, the commit), and SQLite has one writer, so its load runs on one
+core whatever the rest does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime as dt
+import itertools
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks import ingest as ingest_bench
+from benchmarks import meter as meter_bench
+from benchmarks.common import command_line, machine, run_measured, timed, write_section
+from pipelines import lake
+from pipelines.warehouse import _python_values, insert_arrow, key_order, make_engine, read_arrow, upgrade
+from schemas.warehouse import BillableUsage
+
+THREADS = 2
+IMPORTS = "import apache_beam, pyarrow.parquet, sqlalchemy"
+
+
+def _startup() -> float:
+    """Wall of a Python process importing Beam, pyarrow's Parquet and SQLAlchemy (best of 3)."""
+    return min(run_measured([sys.executable, "-c", IMPORTS])[0] for _ in range(3))
+
+
+def _copy(files: list[Path], out: Path, **options: object) -> int:
+    """Read each file whole and write it back with ``options``, ``THREADS`` files at a time."""
+
+    def one(item: tuple[int, Path]) -> int:
+        i, path = item
+        table = pq.read_table(path)
+        pq.write_table(table, out / f"part-{i:04d}.parquet", **options)
+        return table.num_rows
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    with cf.ThreadPoolExecutor(THREADS) as pool:
+        return sum(pool.map(one, enumerate(files)))
+
+
+def _read(files: list[Path], columns: list[str]) -> int:
+    with cf.ThreadPoolExecutor(THREADS) as pool:
+        return sum(pool.map(lambda f: pq.read_table(f, columns=columns).num_rows, files))
+
+
+def _ingest_rows(workdir: Path) -> tuple[list[str], int, float]:
+    """Returns table rows, the events and the copy as the lake does it."""
+    folder = workdir / "ingest"
+    if not (folder / "parquet").exists():
+        ingest_bench._generate(folder, 10_000_000)
+    files = sorted((folder / "parquet" / ingest_bench.DAY.isoformat()).iterdir())
+    events = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    lake_options = lake._parquet_options(pq.read_schema(files[0]).names)
+    rows = []
+    for what, options in (
+        ("read + write as the lake does (zstd, statistics)", lake_options),
+        ("read + write, zstd, no statistics", {**lake_options, "write_statistics": False}),
+        (
+            "read + write, no compression, no statistics",
+            {**lake_options, "compression": "none", "write_statistics": False},
+        ),
+    ):
+        seconds, n = timed(lambda options=options: _copy(files, workdir / "copy", **options), repeat=3)
+        assert n == events
+        rows.append((what, seconds))
+    shutil.rmtree(workdir / "copy", ignore_errors=True)
+    return [f"| {events:,} | {what} | {s:.2f} s |" for what, s in rows], events, rows[0][1]
+
+
+def _arrow_schema(table) -> pa.Schema:  # type: ignore[no-untyped-def]
+    types = {str: pa.string(), int: pa.int64(), dt.date: pa.date32()}
+    return pa.schema([(c.name, types[c.type.python_type]) for c in table.columns])
+
+
+def _meter_rows(workdir: Path) -> tuple[list[str], int, float]:
+    """Returns table rows, the events and the sum of the pieces every run does."""
+    from pipelines.meter import COLUMNS
+
+    root = workdir / "meter"
+    if not (root / "accounts.csv").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        meter_bench._generate(root, 10_000_000)
+    meter_bench._ours(root, [])  # a real run: its allocation records and billable rows are what is written
+    events_files = sorted((root / "lake" / "events").glob("date=*/*.parquet"))
+    events = sum(pq.ParquetFile(f).metadata.num_rows for f in events_files)
+    read_s, n = timed(lambda: _read(events_files, COLUMNS), repeat=3)
+    assert n == events
+
+    allocation_files = sorted((root / "lake" / "allocations").glob("date=*/*.parquet"))
+    records = [pq.read_table(f) for f in allocation_files]
+    out = workdir / "records"
+
+    def write_records() -> None:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        with cf.ThreadPoolExecutor(THREADS) as pool:
+            list(
+                pool.map(
+                    lambda it: lake.write_parquet(str(out / f"part-{it[0]:04d}.parquet"), it[1]),
+                    enumerate(records),
+                )
+            )
+
+    write_s, _ = timed(write_records, repeat=3)
+    shutil.rmtree(out, ignore_errors=True)
+
+    engine = make_engine(f"sqlite:///{root / 'w.db'}")
+    table = BillableUsage.__table__
+    with engine.connect() as conn:
+        billable = read_arrow(conn, table.select(), _arrow_schema(table))
+    engine.dispose()
+
+    def load() -> None:
+        db = workdir / "floor.db"
+        db.unlink(missing_ok=True)
+        fresh = make_engine(f"sqlite:///{db}")
+        upgrade(fresh)
+        with fresh.begin() as conn:
+            insert_arrow(conn, table, billable)
+        fresh.dispose()
+
+    load_s, _ = timed(load, repeat=3)
+    bare_s = _sqlite_bare(billable, root / "w.db", workdir / "bare.db")
+    n_records = sum(t.num_rows for t in records)
+    rows = [
+        f"| {events:,} | read the columns metering reads ({len(COLUMNS)}) | {read_s:.2f} s |",
+        f"| {n_records:,} | write the allocation records as the lake does (zstd) | {write_s:.2f} s |",
+        f"| {billable.num_rows:,} | load the billable_usage rows into a fresh SQLite warehouse, the project's loader | {load_s:.2f} s |",
+        f"| {billable.num_rows:,} | the same rows with sqlite3 alone: Arrow in key order to Python values, no journal, no sync | {bare_s:.2f} s |",
+    ]
+    return rows, events, read_s + write_s + min(load_s, bare_s)
+
+
+def _sqlite_bare(billable: pa.Table, source: Path, target: Path, per: int = 50) -> float:
+    """The least a sqlite3 load of the billable rows takes from Arrow: the rows already in primary key
+    order, made into Python values as the loader makes them (one string per distinct text), then one
+    transaction, ``per`` rows per INSERT, no journal and no sync (best of 3)."""
+    table = BillableUsage.__table__
+    with sqlite3.connect(source) as src:
+        ddl = src.execute("SELECT sql FROM sqlite_master WHERE name = 'billable_usage'").fetchone()[0]
+    columns = billable.column_names
+    billable = billable.take(key_order(billable, [c.name for c in table.primary_key.columns]))
+    width = len(columns)
+    step = width * per
+    insert = f"INSERT INTO billable_usage ({', '.join(columns)}) VALUES "
+
+    def load() -> None:
+        target.unlink(missing_ok=True)
+        conn = sqlite3.connect(target, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = OFF")
+            conn.execute("PRAGMA synchronous = OFF")
+            conn.execute(ddl)
+            values = [_python_values(billable[c]) for c in columns]
+            flat = list(itertools.chain.from_iterable(zip(*values, strict=True)))
+            whole = len(flat) // step * step
+            conn.execute("BEGIN")
+            conn.executemany(
+                insert + ", ".join([f"({', '.join('?' * width)})"] * per),
+                (flat[i : i + step] for i in range(0, whole, step)),
+            )
+            rest = (len(flat) - whole) // width
+            if rest:
+                conn.execute(insert + ", ".join([f"({', '.join('?' * width)})"] * rest), flat[whole:])
+            conn.execute("COMMIT")
+            assert conn.execute("SELECT count(*) FROM billable_usage").fetchone()[0] == billable.num_rows
+        finally:
+            conn.close()
+
+    seconds, _ = timed(load, repeat=3)
+    target.unlink(missing_ok=True)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workdir", default="/tmp/ub-bench-floor")
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    startup = _startup()
+    ingest_rows, ingest_events, ingest_copy = _ingest_rows(workdir)
+    meter_rows, meter_events, meter_sum = _meter_rows(workdir)
+    ingest_budget = ingest_events / 1_500_000
+    meter_budget = meter_events / 2_000_000
+    body = f"""
+Command: `{command_line("benchmarks.floor")}`
+Machine: {machine()}
+Date: {dt.date.today().isoformat()}
+
+The least work a run at each target must do, each piece alone with pyarrow (and sqlite3), {THREADS}
+threads, best of 3; no checks, no dedup, no allocation, no Beam. Start-up: a Python process importing
+apache_beam, pyarrow.parquet and sqlalchemy, and nothing else: {startup:.2f} s.
+
+Ingest, target 1.5M events/s: {ingest_events:,} events leave {ingest_budget:.2f} s for the run.
+
+| events | piece | wall |
+|---:|---|---:|
+{chr(10).join(ingest_rows)}
+
+Start-up and the copy as the lake does it: {startup + ingest_copy:.2f} s against {ingest_budget:.2f} s; what a run
+does beyond it (reading every file whole aside: validation, the event-id hash and dedup, the
+quarantine, Beam and the commit) has the {ingest_budget - startup - ingest_copy:.2f} s left, on two cores.
+
+Metering, target 2M events/s: {meter_events:,} events leave {meter_budget:.2f} s for the run.
+
+| rows | piece | wall |
+|---:|---|---:|
+{chr(10).join(meter_rows)}
+
+Start-up, the read, the records' write and the faster of the two loads: {startup + meter_sum:.2f} s against
+{meter_budget:.2f} s.
+"""
+    write_section("What the machine allows (issues 3 and 5)", body)
+
+
+if __name__ == "__main__":
+    main()
