@@ -75,7 +75,7 @@ def _ingest_rows(workdir: Path) -> tuple[list[str], int, float]:
         ingest_bench._generate(folder, 10_000_000)
     files = sorted((folder / "parquet" / ingest_bench.DAY.isoformat()).iterdir())
     events = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    lake_options = lake._parquet_options(pq.read_schema(files[0]).names)
+    lake_options = lake._parquet_options(pq.read_schema(files[0]))
     rows = []
     for what, options in (
         ("read + write as the lake does (zstd, statistics)", lake_options),

@@ -169,13 +169,20 @@ DICTIONARY_COLUMNS = (
 )
 
 
-def _parquet_options(names: list[str]) -> dict:
-    return {"compression": "zstd", "use_dictionary": [c for c in DICTIONARY_COLUMNS if c in names]}
+def _parquet_options(schema: pa.Schema) -> dict:
+    """zstd; dictionary pages for the columns of few values; min/max statistics only for dates and
+    times, what ``scan`` prunes row groups by (a window of days, ``since``). Statistics of text and
+    counts no reader uses, and they cost a sixth of the write (1.24M events: 0.64 -> 0.53 s)."""
+    return {
+        "compression": "zstd",
+        "use_dictionary": [c for c in DICTIONARY_COLUMNS if c in schema.names],
+        "write_statistics": [f.name for f in schema if pa.types.is_temporal(f.type)] or False,
+    }
 
 
 @_io_errors
 def write_parquet(path: str, table: pa.Table) -> None:
-    options = _parquet_options(table.column_names)
+    options = _parquet_options(table.schema)
     if is_local(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         pq.write_table(table, path, **options)
@@ -199,7 +206,7 @@ class ParquetAppender:
             else:
                 self._handle = create_object(path)
                 sink = self._handle
-            self._writer = pq.ParquetWriter(sink, schema, **_parquet_options(schema.names))
+            self._writer = pq.ParquetWriter(sink, schema, **_parquet_options(schema))
 
     def write(self, table: pa.Table) -> None:
         with _writing(self.path):

@@ -288,3 +288,31 @@ def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
         for r in make_engine(url).connect().execute(select(IngestRun.__table__))
     )
     assert counts(pieces.database_url) == counts(whole.database_url)
+
+
+def test_lake_files_keep_the_time_statistics_scans_prune_by_and_no_others(sqlite_settings):
+    """Row groups carry min/max of their dates and times (a scan of a window of days skips the rest
+    unread) and none of their text or counts (no reader uses them; they cost a sixth of the write)."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    _ingest_all(sqlite_settings)
+    files = sorted(Path(sqlite_settings.lake, "events").rglob("*.parquet"))
+    last = max(p.parent.name.removeprefix("date=") for p in files)
+    since = pc.field("event_time") >= pa.scalar(
+        dt.datetime.combine(dt.date.fromisoformat(last), dt.time(), dt.UTC)
+    )
+    for path in files:
+        fragment = next(ds.dataset(str(path), format="parquet").get_fragments())
+        meta = fragment.metadata
+        names = meta.schema.names
+        for g in range(meta.num_row_groups):
+            stats = {names[i]: meta.row_group(g).column(i).is_stats_set for i in range(len(names))}
+            assert stats["event_time"] and stats["_landing_date"], path
+            assert not stats["event_id"] and not stats["model"] and not stats["input_tokens"], path
+        kept = fragment.split_by_row_group(filter=since)
+        if path.parent.name == f"date={last}":
+            assert kept, path
+        else:
+            assert kept == [], f"{path}: a day before {last} was not pruned by its statistics"
