@@ -322,7 +322,9 @@ def write_ipc_segments(path: str, table: pa.Table, segments: list[tuple[int, int
     ranges = []
     if is_local(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        sink: object = pa.OSFile(path, "wb")
+        # Buffered: the writer hands over every column buffer of every batch on its own (a 250k-row
+        # read unit: 1,446 write calls; 30 -> 20 ms).
+        sink: object = pa.BufferedOutputStream(pa.OSFile(path, "wb"), buffer_size=1 << 20)
     else:
         sink = create_object(path)
     with sink, pa.ipc.new_file(sink, table.schema) as writer:  # type: ignore[attr-defined]
