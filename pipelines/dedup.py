@@ -273,7 +273,10 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
         lake_rows_of_new = lake_rows_of_new.select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
         day_of = utc_date(lake_rows_of_new["event_time"]).to_numpy().astype("datetime64[D]")
         new_hashes = hashes[keep]
-        days = np.unique(day_of)
+        # Most pieces hold one event date: min and max tell it without np.unique's sort (5 ms per
+        # 250k rows, 0.2 s of CPU per 10M events).
+        low, high = day_of.min(), day_of.max()
+        days = [low] if low == high else np.unique(day_of)
         for day in days:
             on_day = None if len(days) == 1 else day_of == day
             rows = lake_rows_of_new if on_day is None else lake_rows_of_new.filter(pa.array(on_day))
