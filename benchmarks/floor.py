@@ -71,11 +71,11 @@ def _read(files: list[Path], columns: list[str]) -> int:
         return sum(pool.map(lambda f: pq.read_table(f, columns=columns).num_rows, files))
 
 
-def _ingest_rows(workdir: Path) -> tuple[list[str], int, tuple[float, float]]:
+def _ingest_rows(workdir: Path, size: int) -> tuple[list[str], int, tuple[float, float]]:
     """Returns table rows, the events, and the copy as the lake does it and the spill and hash."""
-    folder = workdir / "ingest"
+    folder = workdir / f"ingest-{size}"
     if not (folder / "parquet").exists():
-        ingest_bench._generate(folder, 10_000_000)
+        ingest_bench._generate(folder, size)
     files = sorted((folder / "parquet" / ingest_bench.DAY.isoformat()).iterdir())
     events = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     lake_options = lake._parquet_options(pq.read_schema(files[0]))
@@ -133,16 +133,16 @@ def _arrow_schema(table) -> pa.Schema:  # type: ignore[no-untyped-def]
     return pa.schema([(c.name, types[c.type.python_type]) for c in table.columns])
 
 
-def _meter_rows(workdir: Path) -> tuple[list[str], int, float, float, float]:
+def _meter_rows(workdir: Path, size: int) -> tuple[list[str], int, float, float, float]:
     """Returns table rows, the events, the read and the records' write, the fastest durable load and
     the load with nothing kept through a crash."""
     from pipelines.meter import COLUMNS
 
-    root = workdir / "meter"
+    root = workdir / f"meter-{size}"
     if not (root / "accounts.csv").exists():
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        meter_bench._generate(root, 10_000_000)
+        meter_bench._generate(root, size)
     meter_bench._ours(root, [])  # a real run: its allocation records and billable rows are what is written
     events_files = sorted((root / "lake" / "events").glob("date=*/*.parquet"))
     events = sum(pq.ParquetFile(f).metadata.num_rows for f in events_files)
@@ -183,6 +183,8 @@ def _meter_rows(workdir: Path) -> tuple[list[str], int, float, float, float]:
         fresh.dispose()
 
     load_s, _ = timed(load, repeat=3)
+    for leftover in ("floor.db", "floor.db-wal", "floor.db-shm"):
+        (workdir / leftover).unlink(missing_ok=True)
     durable_s = _sqlite_bare(billable, root / "w.db", workdir / "bare.db", DURABLE)
     bare_s = _sqlite_bare(billable, root / "w.db", workdir / "bare.db", NOTHING)
     n_records = sum(t.num_rows for t in records)
@@ -249,12 +251,15 @@ def _sqlite_bare(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workdir", default="/tmp/ub-bench-floor")
+    parser.add_argument(
+        "--events", type=int, default=10_000_000, help="events of each run (data kept per size)"
+    )
     args = parser.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     startup = _startup()
-    ingest_rows, ingest_events, (ingest_copy, ingest_dedup) = _ingest_rows(workdir)
-    meter_rows, meter_events, meter_io, durable, bare = _meter_rows(workdir)
+    ingest_rows, ingest_events, (ingest_copy, ingest_dedup) = _ingest_rows(workdir, args.events)
+    meter_rows, meter_events, meter_io, durable, bare = _meter_rows(workdir, args.events)
     ingest_budget = ingest_events / 1_500_000
     meter_budget = meter_events / 2_000_000
     body = f"""
