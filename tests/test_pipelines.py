@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import hashlib
 import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
@@ -187,8 +189,6 @@ def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgr
 
 @pytest.mark.postgres
 def test_copy_keeps_hostile_strings_and_nulls(postgres_settings):
-    import pyarrow as pa
-
     from pipelines.warehouse import insert_arrow
     from schemas.warehouse import UsageDailyError
 
@@ -293,10 +293,6 @@ def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
 def test_lake_files_keep_the_time_statistics_scans_prune_by_and_no_others(sqlite_settings):
     """Row groups carry min/max of their dates and times (a scan of a window of days skips the rest
     unread) and none of their text or counts (no reader uses them; they cost a sixth of the write)."""
-    import datetime as dt
-
-    import pyarrow as pa
-
     _ingest_all(sqlite_settings)
     files = sorted(Path(sqlite_settings.lake, "events").rglob("*.parquet"))
     last = max(p.parent.name.removeprefix("date=") for p in files)
