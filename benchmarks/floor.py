@@ -2,7 +2,7 @@
 each piece timed alone with pyarrow and sqlite3 (no checks, no dedup, no allocation, no Beam), beside
 the time the targets leave for the whole run.
 
-    .venv/bin/python -m benchmarks.floor [--workdir /tmp/ub-bench-floor]
+    .venv/bin/python -m benchmarks.floor [--events 10000000] [--workdir /tmp/ub-bench-floor]
 
 - start-up: a Python process that imports what every Beam step imports, and nothing else;
 - ingest (1.5M events/s from Parquet): the benchmark's landing Parquet files read and written back
@@ -13,7 +13,8 @@ the time the targets leave for the whole run.
 - metering (2M events/s): the lake columns metering reads, the per-event allocation records and the
   ``billable_usage`` rows a real ``quota meter`` run wrote, the records written as the lake writes
   them on two threads, the rows loaded into a fresh SQLite warehouse by the project's own loader and
-  by sqlite3 alone with nothing SQLite does not need (no journal, no sync: what it cannot do faster).
+  by sqlite3 alone: with the warehouse's WAL and sync, and with nothing kept through a crash (no
+  journal, no sync: what SQLite cannot do faster).
 
 Each piece is the best of three. The pieces' sum is a floor, not an estimate: a run does all of it and
 more (validation, dedup, allocation, the commit), and SQLite has one writer, so its load runs on one
@@ -29,7 +30,9 @@ import itertools
 import shutil
 import sqlite3
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,6 +46,7 @@ from pipelines.warehouse import _python_values, insert_arrow, key_order, make_en
 from schemas.warehouse import BillableUsage
 
 THREADS = 2
+T = TypeVar("T")
 IMPORTS = "import apache_beam, pyarrow.parquet, sqlalchemy"
 
 
@@ -51,24 +55,42 @@ def _startup() -> float:
     return min(run_measured([sys.executable, "-c", IMPORTS])[0] for _ in range(3))
 
 
+def _on_threads(fn: Callable[[T], int], items: Iterable[T]) -> int:
+    """``fn`` of every item, ``THREADS`` at a time: the sum of what they return (rows)."""
+    with cf.ThreadPoolExecutor(THREADS) as pool:
+        return sum(pool.map(fn, items))
+
+
+def _fresh(folder: Path) -> Path:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
 def _copy(files: list[Path], out: Path, **options: object) -> int:
-    """Read each file whole and write it back with ``options``, ``THREADS`` files at a time."""
+    """Read each file whole and write it back with ``options``."""
 
     def one(item: tuple[int, Path]) -> int:
-        i, path = item
-        table = pq.read_table(path)
-        pq.write_table(table, out / f"part-{i:04d}.parquet", **options)
+        table = pq.read_table(item[1])
+        pq.write_table(table, out / f"part-{item[0]:04d}.parquet", **options)
         return table.num_rows
 
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    with cf.ThreadPoolExecutor(THREADS) as pool:
-        return sum(pool.map(one, enumerate(files)))
+    _fresh(out)
+    return _on_threads(one, enumerate(files))
 
 
-def _read(files: list[Path], columns: list[str]) -> int:
-    with cf.ThreadPoolExecutor(THREADS) as pool:
-        return sum(pool.map(lambda f: pq.read_table(f, columns=columns).num_rows, files))
+def _spill(table: pa.Table, path: Path) -> int:
+    """Every row to an Arrow IPC file and back."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    with pa.OSFile(str(path)) as source:
+        return pa.ipc.open_file(source).read_all().num_rows
+
+
+def _hash_and_sort(table: pa.Table) -> int:
+    hashes = stable_hash(table["event_id"])
+    hashes.sort()
+    return len(hashes)
 
 
 def _ingest_rows(workdir: Path, size: int) -> tuple[list[str], int, tuple[float, float]]:
@@ -94,38 +116,20 @@ def _ingest_rows(workdir: Path, size: int) -> tuple[list[str], int, tuple[float,
     shutil.rmtree(workdir / "copy", ignore_errors=True)
     copy = rows[0][1]
     tables = [pq.read_table(f) for f in files]
-    spill, n = timed(lambda: _pool_sum(_spill, list(enumerate(tables)), workdir / "spill"), repeat=3)
+    folder = _fresh(workdir / "spill")
+    spill, n = timed(
+        lambda: _on_threads(lambda it: _spill(it[1], folder / f"part-{it[0]:04d}.arrow"), enumerate(tables)),
+        repeat=3,
+    )
     assert n == events
     rows.append(
         ("every row to Arrow IPC and back (the spill bounded memory asks for before the dedup)", spill)
     )
-    hashed, n = timed(lambda: _pool_sum(_hash_and_sort, tables), repeat=3)
+    hashed, n = timed(lambda: _on_threads(_hash_and_sort, tables), repeat=3)
     assert n == events
     rows.append(("every event_id hashed (the pipeline's own hash) and the hashes sorted", hashed))
-    shutil.rmtree(workdir / "spill", ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
     return [f"| {events:,} | {what} | {s:.2f} s |" for what, s in rows], events, (copy, spill + hashed)
-
-
-def _pool_sum(fn, items: list, folder: Path | None = None) -> int:  # type: ignore[no-untyped-def]
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-    with cf.ThreadPoolExecutor(THREADS) as pool:
-        return sum(pool.map(lambda item: fn(item, folder) if folder is not None else fn(item), items))
-
-
-def _spill(item: tuple[int, pa.Table], folder: Path) -> int:
-    i, table = item
-    path = folder / f"part-{i:04d}.arrow"
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    with pa.OSFile(str(path)) as source:
-        return pa.ipc.open_file(source).read_all().num_rows
-
-
-def _hash_and_sort(table: pa.Table) -> int:
-    hashes = stable_hash(table["event_id"])
-    hashes.sort()
-    return len(hashes)
 
 
 def _arrow_schema(table) -> pa.Schema:  # type: ignore[no-untyped-def]
@@ -146,7 +150,9 @@ def _meter_rows(workdir: Path, size: int) -> tuple[list[str], int, float, float,
     meter_bench._ours(root, [])  # a real run: its allocation records and billable rows are what is written
     events_files = sorted((root / "lake" / "events").glob("date=*/*.parquet"))
     events = sum(pq.ParquetFile(f).metadata.num_rows for f in events_files)
-    read_s, n = timed(lambda: _read(events_files, COLUMNS), repeat=3)
+    read_s, n = timed(
+        lambda: _on_threads(lambda f: pq.read_table(f, columns=COLUMNS).num_rows, events_files), repeat=3
+    )
     assert n == events
 
     allocation_files = sorted((root / "lake" / "allocations").glob("date=*/*.parquet"))
@@ -154,15 +160,13 @@ def _meter_rows(workdir: Path, size: int) -> tuple[list[str], int, float, float,
     out = workdir / "records"
 
     def write_records() -> None:
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        with cf.ThreadPoolExecutor(THREADS) as pool:
-            list(
-                pool.map(
-                    lambda it: lake.write_parquet(str(out / f"part-{it[0]:04d}.parquet"), it[1]),
-                    enumerate(records),
-                )
-            )
+        _fresh(out)
+
+        def one(item: tuple[int, pa.Table]) -> int:
+            lake.write_parquet(str(out / f"part-{item[0]:04d}.parquet"), item[1])
+            return item[1].num_rows
+
+        _on_threads(one, enumerate(records))
 
     write_s, _ = timed(write_records, repeat=3)
     shutil.rmtree(out, ignore_errors=True)
