@@ -1,6 +1,6 @@
 """What this machine allows: the least work a 10M-event ingest and a 10M-event metering run must do,
-each piece timed alone with pyarrow and sqlite3 (no checks, no dedup, no allocation, no Beam), beside
-the time the targets leave for the whole run.
+each piece timed alone with pyarrow and sqlite3 (no checks, no duplicate search, no allocation, no
+Beam), beside the time the targets leave for the whole run.
 
     .venv/bin/python -m benchmarks.floor [--events 10000000] [--workdir /tmp/ub-bench-floor]
 
@@ -272,7 +272,7 @@ Machine: {machine()}
 Date: {dt.date.today().isoformat()}
 
 The least work a run at each target must do, each piece alone with pyarrow (and sqlite3), {THREADS}
-threads, best of 3; no checks, no dedup, no allocation, no Beam. Start-up: a Python process importing
+threads, best of 3; no checks, no duplicate search, no allocation, no Beam. Start-up: a Python process importing
 apache_beam, pyarrow.parquet and sqlalchemy, and nothing else: {startup:.2f} s.
 
 Ingest, target 1.5M events/s: {ingest_events:,} events leave {ingest_budget:.2f} s for the run.
