@@ -9,6 +9,7 @@ Each chunk is a ``RawChunk``: rows in RAW_JSON_SCHEMA form (event_time may still
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -21,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from isal import igzip
+from isal.isal_zlib import error as DeflateError
 
 from pipelines import lake
 from schemas.events import (
@@ -31,7 +34,7 @@ from schemas.events import (
     RAW_JSON_SCHEMA,
     REQUIRED_FIELDS,
 )
-from schemas.jsonl import ROW_NUMBER, JsonLinesResult, read_json_lines
+from schemas.jsonl import ROW_NUMBER, JsonLinesResult, newline_count, read_json_lines
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".parq")
@@ -181,19 +184,28 @@ def _schema_problem(schema: pa.Schema) -> str | None:
 # -- JSON lines and CloudEvents --------------------------------------------------------------
 
 
-def _line_chunks(path: str) -> Iterator[tuple[bytes, int]]:
-    """Decompressed content in chunks of whole lines: (bytes, line number of the first line - 1).
+def _line_chunks(path: str) -> Iterator[tuple[bytes, int, int]]:
+    """Decompressed content in chunks of whole lines: (bytes, line number of the first line - 1,
+    newlines in the bytes).
 
-    Decompression runs in Arrow's C++ stream (outside the GIL); a damaged stream raises OSError.
+    Gzip is inflated by ISA-L (``isal.igzip``: 2.8x zlib's speed, and outside the GIL, so two files
+    inflate at once); a damaged stream raises OSError (a truncated one says so).
     """
     gz = path.lower().endswith(".gz")
-    raw_handle = pa.OSFile(path) if lake.is_local(path) else pa.PythonFile(lake.open_object(path), mode="r")
-    with raw_handle, pa.CompressedInputStream(raw_handle, "gzip") if gz else raw_handle as handle:
+    with (
+        _open(path) as raw,
+        igzip.IGzipFile(fileobj=raw, mode="rb") if gz else contextlib.nullcontext(raw) as handle,
+    ):
         carry = b""
         lines_before = 0
         first = True
         while True:
-            block = handle.read(CHUNK_BYTES)
+            try:
+                block = handle.read(CHUNK_BYTES)
+            except EOFError as exc:
+                raise OSError(f"Truncated gzip stream: {exc}") from None
+            except DeflateError as exc:
+                raise OSError(f"Corrupt gzip stream: {exc}") from None
             if not block:
                 break
             if first:
@@ -203,12 +215,14 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int]]:
             if cut < 0:
                 carry += block
                 continue
-            chunk = carry + block[: cut + 1] if carry else block[: cut + 1]
+            # One copy of the block's whole lines (a slice of bytes is a copy, and so is a sum)
+            chunk = block if not carry and cut == len(block) - 1 else carry + memoryview(block)[: cut + 1]
             carry = block[cut + 1 :]
-            yield chunk, lines_before
-            lines_before += chunk.count(b"\n")
+            newlines = newline_count(chunk)
+            yield chunk, lines_before, newlines
+            lines_before += newlines
         if carry:
-            yield carry, lines_before
+            yield carry, lines_before, newline_count(carry)
 
 
 def _sniff(first: bytes) -> str:
@@ -224,21 +238,23 @@ def read_json_file(path: str, landing_date) -> Iterator[RawChunk]:
     name = os.path.basename(path)
     mode = None
     try:
-        for data, lines_before in _line_chunks(path):
+        for data, lines_before, newlines in _line_chunks(path):
             if mode is None:
                 mode = _sniff(data)
                 if mode == "ce_batch":
                     yield _read_ce_batch(path, landing_date, name)
                     return
-            yield _parse_chunk(data, lines_before, mode, landing_date, name)
+            yield _parse_chunk(data, lines_before, newlines, mode, landing_date, name)
     except (OSError, EOFError, zlib.error) as exc:
         # Rows of earlier chunks were already handed on; the unreadable rest is quarantined as one row.
         yield whole_file(landing_date, name, "unreadable_file", f"{type(exc).__name__}: {exc}")
 
 
-def _parse_chunk(data: bytes, lines_before: int, mode: str, landing_date, name: str) -> RawChunk:
+def _parse_chunk(
+    data: bytes, lines_before: int, newlines: int, mode: str, landing_date, name: str
+) -> RawChunk:
     schema = CE_SCHEMA if mode.startswith("ce") else RAW_JSON_SCHEMA
-    parsed = read_json_lines(data, schema)
+    parsed = read_json_lines(data, schema, newlines)
     table = parsed.table
     if mode.startswith("ce"):
         table = _flatten_cloudevents(table)
@@ -284,4 +300,4 @@ def _read_ce_batch(path: str, landing_date, name: str) -> RawChunk:
         return whole_file(landing_date, name, "malformed_json", "CloudEvents batch is not a JSON array")
     # Re-encode element by element as JSON lines (batch files are small by nature), then parse as lines.
     lines = b"\n".join(json.dumps(e, separators=(",", ":")).encode() for e in events)
-    return _parse_chunk(lines, 0, "ce_lines", landing_date, name)
+    return _parse_chunk(lines, 0, newline_count(lines), "ce_lines", landing_date, name)

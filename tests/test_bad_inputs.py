@@ -76,6 +76,7 @@ def test_quarantine_rows_say_where_and_keep_the_raw_text(outcome):
     assert rows[("non_utf8.jsonl", "invalid_utf8")]["raw"].startswith('{"event_id": "\\xff')
     truncated = rows[("truncated.jsonl.gz", "unreadable_file")]
     assert truncated["row_number"] is None and "Truncated" in truncated["detail"]
+    assert "Corrupt gzip stream" in rows[("corrupt_deflate.jsonl.gz", "unreadable_file")]["detail"]
     assert (
         rows[("wrong_schema.parquet", "wrong_schema")]["detail"]
         == "column input_tokens is string, expected int64"

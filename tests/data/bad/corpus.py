@@ -138,6 +138,8 @@ def cases() -> list[Case]:
         Case("blank_lines.jsonl", "only blank lines", b"\n\n   \n\r\n"),
         Case("truncated.jsonl.gz", "a gzip file cut short", gz_good[: len(gz_good) // 2], {"unreadable_file": 1}),
         Case("garbage.jsonl.gz", "binary garbage named .gz", bytes(range(256)) * 8, {"unreadable_file": 1}),
+        Case("corrupt_deflate.jsonl.gz", "a gzip header before damaged compressed data",
+             gz_good[:20] + bytes(b ^ 0xFF for b in gz_good[20:60]) + gz_good[60:], {"unreadable_file": 1}),
         Case("corrupt.parquet", "a Parquet file with a broken footer", _parquet(good_table)[:-40],
              {"unreadable_file": 1}),
         Case("wrong_schema.parquet", "a Parquet file whose tokens are text",
