@@ -174,10 +174,11 @@ def _numbered(table: pa.Table, start: int) -> pa.Table:
     return table.append_column(ROW_NUMBER, numbers)
 
 
-def newline_count(data: bytes) -> int:
+def newline_count(data: bytes, piece: int = 4 << 20) -> int:
     """The newlines in ``data``: numpy's count is twice ``bytes.count``'s speed (2 against 3.9 ms
-    per 8 MB) and does not hold the GIL."""
-    return int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))
+    per 8 MB); ``piece`` bytes at a time, so its scratch mask stays small beside a 64 MB chunk."""
+    view = np.frombuffer(data, np.uint8)
+    return sum(int(np.count_nonzero(view[i : i + piece] == 10)) for i in range(0, len(view), piece))
 
 
 def read_json_lines(data: bytes, schema: pa.Schema, newlines: int | None = None) -> JsonLinesResult:

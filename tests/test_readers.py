@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines import readers
-from schemas.jsonl import ROW_NUMBER
+from schemas.jsonl import ROW_NUMBER, newline_count
 
 DAY = dt.date(2026, 3, 2)
 
@@ -84,3 +84,10 @@ def test_a_gzip_stream_cut_short_keeps_the_rows_before_and_quarantines_the_rest(
     assert [r["reason"] for r in last] == ["unreadable_file"]
     assert last[0]["detail"].startswith("OSError: Truncated gzip stream")
     assert sum(c.rows_read for c in chunks) == rows.num_rows + 1
+
+
+@pytest.mark.parametrize("piece", [1, 3, 4 << 20])
+def test_newline_count_counts_across_its_pieces(piece):
+    data = b"\n\nab\n" * 1000 + b"tail"
+    assert newline_count(data, piece) == data.count(b"\n") == 3000
+    assert newline_count(b"", piece) == 0
