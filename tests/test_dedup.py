@@ -6,6 +6,8 @@ import string
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelines import dedup
 from pipelines.dedup import (
@@ -68,6 +70,7 @@ class MemoryShard:
     def commit(self, result) -> None:  # type: ignore[no-untyped-def]
         """Append each date's new rows to its file, as the ingest's staged shard files do."""
         for day, rows in result.writes.items():
+            rows = rows.cast(LAKE_SCHEMA)  # as the shard file's writer stores them
             self.files[day] = pa.concat_tables([self.files[day], rows]) if day in self.files else rows
 
 
@@ -175,3 +178,63 @@ def test_runs_are_the_spans_of_equal_values_of_a_sorted_array():
     assert runs(np.array(["2026-03-01", "2026-03-02"], dtype="datetime64[D]")) == [(0, 1), (1, 2)]
     assert runs(np.array([7])) == [(0, 1)]
     assert runs(np.array([], np.int64)) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(  # parts: (landing day offset, [(id, tokens, event day)])
+        st.tuples(
+            st.integers(0, 2),
+            st.lists(
+                st.tuples(st.sampled_from("abcdefghij"), st.integers(1, 2), st.integers(1, 2)), max_size=12
+            ),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sets(st.sampled_from("abcdefghij"), max_size=4),
+)
+def test_dedup_matches_a_row_by_row_reference(parts, stored):
+    """Against a loop over the rows in (landing date, source file, row number) order: the first copy of
+    an id is kept (the lake's, if the lake holds it), a later identical one is a duplicate, a different
+    one a conflict naming the kept copy's file. Each date's index hashes are the written rows', sorted."""
+    lake = MemoryShard()
+    if stored:
+        lake.commit(
+            dedup_shard([_rows(sorted(stored), source="lake.jsonl", landing=dt.date(2026, 2, 28))], lake)
+        )
+    tables, flat = [], []
+    for i, (landing_offset, rows) in enumerate(parts):
+        if not rows:
+            continue
+        landing = dt.date(2026, 3, 1) + dt.timedelta(days=landing_offset)
+        source = f"p{i}.jsonl"
+        t = _rows([r[0] for r in rows], [r[1] for r in rows], landing, source)
+        times = [dt.datetime(2026, 3, r[2], 12, tzinfo=dt.UTC) for r in rows]
+        t = t.set_column(1, "event_time", pa.array(times, pa.timestamp("us", tz="UTC")))
+        tables.append(t)
+        flat += [(landing, source, n, r) for n, r in enumerate(rows, start=1)]
+    if not tables:
+        return
+    result = dedup_shard(tables, lake)
+
+    kept: dict[str, tuple] = {e: (10, 1, "lake.jsonl") for e in stored}  # id -> (tokens, day, source)
+    new, duplicates, conflicts = [], 0, {}
+    for _landing, source, _, (event_id, tokens, day) in sorted(flat, key=lambda r: r[:3]):
+        if event_id not in kept:
+            kept[event_id] = (tokens, day, source)
+            new.append(event_id)
+        elif kept[event_id][:2] == (tokens, day):
+            duplicates += 1
+        else:
+            conflicts.setdefault(event_id, []).append(kept[event_id][2])
+    assert sorted(result.new_clean["event_id"].to_pylist()) == sorted(new)
+    assert result.duplicates.num_rows == duplicates
+    got: dict[str, list] = {}
+    for event_id, detail in zip(
+        result.conflicts["event_id"].to_pylist(), result.conflicts["detail"].to_pylist(), strict=True
+    ):
+        got.setdefault(event_id, []).append(detail.split("kept from ")[1].split(" (")[0])
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in conflicts.items()}
+    for day, rows in result.writes.items():
+        assert result.write_hashes[day].tolist() == np.sort(stable_hash(rows["event_id"])).tolist()
