@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
+from pipelines.startup import collect_from_here
 
 DEFAULT_RUNNER = "FnApiRunner"
 DEFAULT_THREADS = 4
@@ -116,6 +117,7 @@ def run_pipeline(options: PipelineOptions) -> Iterator:  # type: ignore[type-arg
 
     sdk_worker.print = _harness_print  # type: ignore[attr-defined]  # module global shadows the builtin
     pipeline = make_pipeline(options)
+    collect_from_here()
     try:
         with pipeline:
             yield pipeline
