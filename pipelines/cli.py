@@ -19,7 +19,7 @@ from rich.text import Text
 from pipelines.errors import UsageBillingError
 from pipelines.logs import quiet
 from pipelines.settings import Settings
-from pipelines.startup import defer_collection_until_work
+from pipelines.startup import defer_collection_until_work, tune_allocator
 from schemas.catalog import CatalogError
 
 # No markup: printed text carries ids and paths from users and files, and "[/]" in one is not a tag.
@@ -510,9 +510,11 @@ def run() -> None:
     module and object one by one and waiting on Beam's and gRPC's idle threads: 0.5 s after a
     10M-event ingest, on every run. Exit handlers (logging's flush among them) still run first. Under
     a profiler or a tracer (``python -m cProfile``, coverage) it exits the usual way, so they can
-    write what they measured. Garbage collection waits for the step's work to start (``startup``).
+    write what they measured. Garbage collection waits for the step's work to start, and the C
+    library's allocator keeps the memory it reuses (``startup``).
     """
     defer_collection_until_work()
+    tune_allocator()
     code = main()
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)

@@ -78,28 +78,3 @@ def test_user_error_in_reads_only_the_last_line_of_a_traceback():
     )
     assert user_error_in("ValueError: not an OS error") is None
     assert without_step("keep [this] [while running 'S']") == "keep [this]"
-
-
-def test_the_command_line_collects_garbage_again_once_its_pipeline_starts():
-    """``usage-billing`` turns the cyclic collector off while modules load; the first pipeline turns
-    it back on, with what start-up made frozen (later full passes skip it)."""
-    import gc
-
-    from pipelines.startup import defer_collection_until_work
-
-    assert gc.isenabled()
-    try:
-        defer_collection_until_work()
-        assert not gc.isenabled()
-        seen = []
-        with run_pipeline(pipeline_options(["--direct_num_workers=1"])) as p:
-            seen.append((gc.isenabled(), gc.get_freeze_count()))
-            _ = p | beam.Create(range(3)) | beam.Map(lambda v: v)
-        enabled, frozen = seen[0]
-        assert enabled and frozen > 0
-        with run_pipeline(pipeline_options(["--direct_num_workers=1"])) as p:  # once only
-            assert gc.get_freeze_count() <= frozen  # nothing more set aside (some freed since)
-            _ = p | beam.Create(range(3)) | beam.Map(lambda v: v)
-    finally:
-        gc.unfreeze()
-        gc.enable()
