@@ -193,6 +193,56 @@ def _runs(hashes: np.ndarray, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return order, first
 
 
+_FILTER_BITS = 20
+
+
+def _maybe_members(hashes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Positions of the hashes that may be one of ``values`` (a few): those whose low 20 bits one of
+    the values has. Every member, and about len(values) / 1M of the others, which the caller's exact
+    comparison sorts out (a hash set of the values costs 1.6x as much)."""
+    low = np.uint64((1 << _FILTER_BITS) - 1)
+    table = np.zeros(1 << _FILTER_BITS, bool)
+    table[(values & low).astype(np.intp)] = True
+    return np.flatnonzero(table[(hashes & low).astype(np.intp)])
+
+
+def _copies(
+    hashes: np.ndarray, ids: pa.ChunkedArray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted hashes, first, later, kept): ``first`` marks each id's first row (input order), and
+    each later copy (positions ``later``, in input order) has its first row at ``kept``.
+
+    Only rows whose hash repeats can be copies, and there are few: a sort of the hashes finds them
+    (and gives the index its sorted hashes), and only they are ordered by id, not all n rows.
+    """
+    n = len(hashes)
+    hs = np.sort(hashes)
+    repeated = np.unique(hs[1:][hs[1:] == hs[:-1]])
+    first = np.ones(n, bool)
+    if len(repeated) == 0:
+        return hs, first, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cand = _maybe_members(hashes, repeated)  # every row of a repeated hash, and a few others
+    order, run_start = _runs(hashes[cand], _take_array(ids, cand))
+    starts = np.maximum.accumulate(np.where(run_start, np.arange(len(cand)), 0))
+    later_sorted = np.flatnonzero(~run_start)
+    later, kept = cand[order[later_sorted]], cand[order[starts[later_sorted]]]
+    first[later] = False
+    by_position = np.argsort(later)
+    return hs, first, later[by_position], kept[by_position]
+
+
+def _without(sorted_values: np.ndarray, removed: np.ndarray) -> np.ndarray:
+    """``sorted_values`` with one occurrence taken out for each of ``removed`` (all present): still
+    sorted, without sorting again."""
+    if len(removed) == 0:
+        return sorted_values
+    removed = np.sort(removed)
+    rank = np.arange(len(removed)) - np.searchsorted(removed, removed, side="left")  # k-th equal one
+    keep = np.ones(len(sorted_values), bool)
+    keep[np.searchsorted(sorted_values, removed, side="left") + rank] = False
+    return sorted_values[keep]
+
+
 def _lake_matches(
     ids: pa.Array, positions: np.ndarray, hashes: np.ndarray, existing: ExistingShard
 ) -> pa.Table:
@@ -223,6 +273,13 @@ def _take(table: pa.Table, positions: np.ndarray) -> pa.Table:
     return table.filter(pa.array(mask)).combine_chunks().take(pa.array(inverse, pa.int64()))
 
 
+def _take_array(values: pa.ChunkedArray, positions: np.ndarray) -> pa.Array:
+    """``values`` at a few increasing positions, without joining all of its chunks first."""
+    mask = np.zeros(len(values), bool)
+    mask[positions] = True
+    return values.filter(pa.array(mask)).combine_chunks()
+
+
 def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     """Deduplicate one shard of a run: its new rows against themselves and against the lake.
 
@@ -232,28 +289,31 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     new = _ordered(parts)
     n = new.num_rows
     hashes = new[HASH].to_numpy()
-    ids = new["event_id"].combine_chunks()
-    order, first = _runs(hashes, ids)  # sorted view: new row order[i] is the i-th in hash order
+    ids = new["event_id"]
+    sorted_hashes, first, later, later_kept = _copies(hashes, ids)
 
     # A copy is compared with the lake's row if its id is already stored, else with the run's first.
-    first_pos = order[first]
+    first_pos = np.flatnonzero(first)
     lake = _lake_matches(ids, first_pos, hashes[first_pos], existing)
-    lake_index = np.full(n, -1, np.int64)  # per sorted row: row of ``lake`` with the same id, or -1
+    lake_index = np.full(n, -1, np.int64)  # per row: row of ``lake`` with the same id, or -1
     if lake.num_rows:
-        idx = pc.index_in(ids.take(pa.array(order)), value_set=lake["event_id"])
+        idx = pc.index_in(ids, value_set=lake["event_id"])
         lake_index = pc.fill_null(idx, -1).to_numpy().astype(np.int64)
     in_lake = lake_index >= 0
     is_new = first & ~in_lake
     check = ~is_new
-    check_pos = order[check]
-    # The first copy of each checked row's id (the row it duplicates when the lake has none): found
-    # by a search among the run starts, for the few rows checked rather than all n.
-    starts = np.flatnonzero(first)
-    kept_pos = order[starts[np.searchsorted(starts, np.flatnonzero(check), side="right") - 1]]
+    check_pos = np.flatnonzero(check)
+    # The first copy of each checked row's id (the row it duplicates when the lake has none; a
+    # first row the lake holds is compared with the lake's and keeps itself here).
+    kept_pos = check_pos.copy()
+    at = np.clip(np.searchsorted(later, check_pos), 0, max(len(later) - 1, 0))
+    is_later = (at < len(later)) & (later[at] == check_pos) if len(later) else np.zeros(len(check_pos), bool)
+    kept_pos[is_later] = later_kept[at[is_later]]
     identical = np.zeros(len(check_pos), bool)
     if len(check_pos):
-        rows = _take(new, check_pos).select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
-        kept = _take(new, kept_pos).select(list(LAKE_SCHEMA.names)).cast(LAKE_SCHEMA)
+        both = _take(new, np.concatenate([check_pos, kept_pos])).select(list(LAKE_SCHEMA.names))
+        both = both.cast(LAKE_SCHEMA)
+        rows, kept = both.slice(0, len(check_pos)), both.slice(len(check_pos))
         from_lake = in_lake[check]
         if from_lake.any():
             lake_rows = lake.take(pa.array(np.where(from_lake, lake_index[check], 0)))
@@ -266,8 +326,7 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     conflict_pos = check_pos[~identical]
 
     # New rows per event date, in arrival order (a sequential read of the spill, or none at all).
-    keep = np.zeros(n, bool)
-    keep[order[is_new]] = True
+    keep = is_new
     writes: dict[dt.date, pa.Table] = {}
     write_hashes: dict[dt.date, np.ndarray] = {}
     fresh: list[pa.Table] = []
@@ -288,7 +347,9 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
             fresh.append(rows)
             writes[day.item()] = rows
             # One day: its hashes in the order _runs sorted them in, no sort again.
-            day_hashes = hashes[order[is_new]] if on_day is None else np.sort(hashes[keep][on_day])
+            day_hashes = (
+                _without(sorted_hashes, hashes[check]) if on_day is None else np.sort(hashes[keep][on_day])
+            )
             write_hashes[day.item()] = day_hashes
 
     conflicts = _take(new, conflict_pos)
