@@ -17,7 +17,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as csv
-from sqlalchemy import Connection, Engine, Executable, Table, create_engine, delete, event, insert, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Executable,
+    Table,
+    create_engine,
+    delete,
+    event,
+    insert,
+    inspect,
+    text,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
@@ -77,15 +88,15 @@ def check_connection(engine: Engine) -> None:
 
 def require_schema(engine: Engine) -> None:
     """Fail fast, before any pipeline work, when the warehouse is not migrated to the latest revision."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
     import migrations
 
     check_connection(engine)
     with engine.connect() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
-    head = ScriptDirectory(migrations.SCRIPT_LOCATION).get_current_head()
+        if inspect(conn).has_table(migrations.VERSION_TABLE):
+            current = conn.execute(text(f"SELECT version_num FROM {migrations.VERSION_TABLE}")).scalar()
+        else:
+            current = None
+    head = migrations.HEAD
     if current != head:
         state = "not initialised" if current is None else f"at revision {current}, not {head}"
         raise UsageBillingError(

@@ -28,6 +28,36 @@ def test_history_is_linear():
     assert all(len(r._all_down_revisions) <= 1 for r in revisions)
 
 
+def _states_told_apart(engine) -> None:  # type: ignore[no-untyped-def]
+    """An empty warehouse, one a revision behind and a current one, as every step's check sees them."""
+    from pipelines.errors import UsageBillingError
+    from pipelines.warehouse import require_schema
+
+    previous = ScriptDirectory(migrations.SCRIPT_LOCATION).get_revision(migrations.HEAD).down_revision
+    migrations.downgrade(engine, "base")
+    with pytest.raises(UsageBillingError, match="is not initialised"):
+        require_schema(engine)
+    migrations.upgrade(engine, previous)
+    with pytest.raises(UsageBillingError, match=f"at revision {previous}, not {migrations.HEAD}"):
+        require_schema(engine)
+    migrations.upgrade(engine)
+    require_schema(engine)
+
+
+def test_the_head_every_step_checks_is_the_scripts_head(tmp_path):
+    """``migrations.HEAD`` (what require_schema compares with, without importing Alembic) is the
+    newest script."""
+    assert ScriptDirectory(migrations.SCRIPT_LOCATION).get_current_head() == migrations.HEAD
+    _states_told_apart(make_engine(f"sqlite:///{tmp_path / 'w.db'}"))
+
+
+@pytest.mark.postgres
+def test_the_schema_check_on_postgres(postgres_url):
+    engine = make_engine(postgres_url)
+    _states_told_apart(engine)
+    engine.dispose()
+
+
 def test_sqlite_upgrade_downgrade_upgrade_check(tmp_path):
     _round_trip(make_engine(f"sqlite:///{tmp_path / 'w.db'}"))
 
