@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import Engine, delete, insert
 
@@ -52,7 +53,7 @@ from pipelines.readers import file_kind, parquet_units, read_json_file, read_par
 from pipelines.validate import Rules, validate
 from pipelines.warehouse import make_engine, require_schema
 from schemas.catalog import load_catalog
-from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA, LOW_CARDINALITY, QUARANTINE_SCHEMA, utc_date
+from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA, LOW_CARDINALITY, QUARANTINE_SCHEMA
 from schemas.warehouse import IngestRun, RecomputeQueue
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,15 @@ def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
         yield value.isoformat(), table.filter(pa.compute.equal(table[column], pa.scalar(value, pa.date32())))
 
 
+def _count_by(values: pa.ChunkedArray) -> list[tuple[object, int]]:
+    """(value, rows) for each value of a column; one min/max when, as usual, there is one value."""
+    low, high = pc.min_max(values).values()
+    if low == high:
+        return [(low.as_py(), len(values))]
+    counts = pa.table({"v": values}).group_by("v").aggregate([([], "count_all")])
+    return list(zip(counts["v"].to_pylist(), counts["count_all"].to_pylist(), strict=True))
+
+
 def _per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
     out: dict[str, dict] = {}
 
@@ -289,16 +299,9 @@ def _per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
         key = landing.isoformat()
         out[key] = _merge(out.get(key, _stats()), _stats(**values))
 
-    if result.new_clean.num_rows:
-        keyed = pa.table(
-            {
-                "landing": result.new_clean["_landing_date"],
-                "day": utc_date(result.new_clean["event_time"]),
-            }
-        )
-        for row in keyed.group_by(["landing", "day"]).aggregate([([], "count_all")]).to_pylist():
-            late = {row["day"].isoformat(): row["count_all"]} if row["day"] < row["landing"] else {}
-            add(row["landing"], clean=row["count_all"], late=late)
+    for day, rows in result.writes.items():  # the new rows, by event date
+        for landing, count in _count_by(rows["_landing_date"]):
+            add(landing, clean=count, late={day.isoformat(): count} if day < landing else {})
     if result.duplicates.num_rows:
         for row in result.duplicates.group_by("_landing_date").aggregate([([], "count_all")]).to_pylist():
             add(row["_landing_date"], duplicates=row["count_all"])
