@@ -132,9 +132,13 @@ class ExistingShard(Protocol):
 class ShardResult:
     writes: dict[dt.date, pa.Table]  # event date -> rows to append to its shard file (INGEST_SCHEMA)
     write_hashes: dict[dt.date, np.ndarray]  # event date -> those rows' id hashes, sorted
-    new_clean: pa.Table  # rows this run added (INGEST_SCHEMA)
     duplicates: pa.Table  # identical copies seen in this run (_landing_date per row)
     conflicts: pa.Table = field(default_factory=QUARANTINE_SCHEMA.empty_table)
+
+    @property
+    def new_clean(self) -> pa.Table:
+        """The rows this run added (INGEST_SCHEMA): the writes of every date."""
+        return pa.concat_tables(list(self.writes.values())) if self.writes else INGEST_SCHEMA.empty_table()
 
 
 def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
@@ -305,10 +309,9 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     check_pos = np.flatnonzero(check)
     # The first copy of each checked row's id (the row it duplicates when the lake has none; a
     # first row the lake holds is compared with the lake's and keeps itself here).
-    kept_pos = check_pos.copy()
-    at = np.clip(np.searchsorted(later, check_pos), 0, max(len(later) - 1, 0))
-    is_later = (at < len(later)) & (later[at] == check_pos) if len(later) else np.zeros(len(check_pos), bool)
-    kept_pos[is_later] = later_kept[at[is_later]]
+    kept_of = np.arange(n)
+    kept_of[later] = later_kept
+    kept_pos = kept_of[check_pos]
     identical = np.zeros(len(check_pos), bool)
     if len(check_pos):
         both = _take(new, np.concatenate([check_pos, kept_pos])).select(list(LAKE_SCHEMA.names))
@@ -329,7 +332,6 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     keep = is_new
     writes: dict[dt.date, pa.Table] = {}
     write_hashes: dict[dt.date, np.ndarray] = {}
-    fresh: list[pa.Table] = []
     if keep.any():
         # A filter keeps arrival order and copies contiguous runs: much cheaper than a take.
         lake_rows_of_new = new if keep.all() else new.filter(pa.array(keep))
@@ -344,9 +346,8 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
         for day in days:
             on_day = None if len(days) == 1 else day_of == day
             rows = lake_rows_of_new if on_day is None else lake_rows_of_new.filter(pa.array(on_day))
-            fresh.append(rows)
             writes[day.item()] = rows
-            # One day: its hashes in the order _runs sorted them in, no sort again.
+            # One day: the piece's sorted hashes without the checked rows', no sort again.
             day_hashes = (
                 _without(sorted_hashes, hashes[check]) if on_day is None else np.sort(hashes[keep][on_day])
             )
@@ -386,7 +387,6 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     return ShardResult(
         writes=writes,
         write_hashes=write_hashes,
-        new_clean=pa.concat_tables(fresh) if fresh else INGEST_SCHEMA.empty_table(),
         duplicates=pa.table({"_landing_date": new["_landing_date"].take(pa.array(dup_pos, pa.int64()))}),
         conflicts=conflict_q,
     )
