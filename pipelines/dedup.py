@@ -329,12 +329,11 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
     conflict_pos = check_pos[~identical]
 
     # New rows per event date, in arrival order (a sequential read of the spill, or none at all).
-    keep = is_new
     writes: dict[dt.date, pa.Table] = {}
     write_hashes: dict[dt.date, np.ndarray] = {}
-    if keep.any():
+    if is_new.any():
         # A filter keeps arrival order and copies contiguous runs: much cheaper than a take.
-        lake_rows_of_new = new if keep.all() else new.filter(pa.array(keep))
+        lake_rows_of_new = new if is_new.all() else new.filter(pa.array(is_new))
         # The lake's columns, the text of few values still as dictionary arrays: the shard file's
         # writer stores them as text (ParquetAppender's ``stored``) from their dictionaries.
         lake_rows_of_new = lake_rows_of_new.select(list(INGEST_SCHEMA.names)).cast(INGEST_SCHEMA)
@@ -349,7 +348,7 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard) -> ShardResult:
             writes[day.item()] = rows
             # One day: the piece's sorted hashes without the checked rows', no sort again.
             day_hashes = (
-                _without(sorted_hashes, hashes[check]) if on_day is None else np.sort(hashes[keep][on_day])
+                _without(sorted_hashes, hashes[check]) if on_day is None else np.sort(hashes[is_new][on_day])
             )
             write_hashes[day.item()] = day_hashes
 

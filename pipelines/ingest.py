@@ -107,10 +107,7 @@ class MergeStats(beam.CombineFn):
 
 
 def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
-    if quarantine.num_rows == 0:
-        return {}
-    g = quarantine.group_by("reason").aggregate([([], "count_all")])
-    return dict(zip(g["reason"].to_pylist(), g["count_all"].to_pylist(), strict=True))
+    return dict(_count_by(quarantine["reason"]))
 
 
 # -- DoFns ---------------------------------------------------------------------------------------
@@ -285,6 +282,8 @@ def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
 
 def _count_by(values: pa.ChunkedArray) -> list[tuple[object, int]]:
     """(value, rows) for each value of a column; one min/max when, as usual, there is one value."""
+    if len(values) == 0:
+        return []
     low, high = pc.min_max(values).values()
     if low == high:
         return [(low.as_py(), len(values))]
@@ -302,12 +301,10 @@ def _per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
     for day, rows in result.writes.items():  # the new rows, by event date
         for landing, count in _count_by(rows["_landing_date"]):
             add(landing, clean=count, late={day.isoformat(): count} if day < landing else {})
-    if result.duplicates.num_rows:
-        for row in result.duplicates.group_by("_landing_date").aggregate([([], "count_all")]).to_pylist():
-            add(row["_landing_date"], duplicates=row["count_all"])
-    if result.conflicts.num_rows:
-        for row in result.conflicts.group_by("landing_date").aggregate([([], "count_all")]).to_pylist():
-            add(row["landing_date"], quarantined={"conflicting_duplicate": row["count_all"]})
+    for landing, count in _count_by(result.duplicates["_landing_date"]):
+        add(landing, duplicates=count)
+    for landing, count in _count_by(result.conflicts["landing_date"]):
+        add(landing, quarantined={"conflicting_duplicate": count})
     return out.items()
 
 

@@ -178,8 +178,7 @@ def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:  # type: i
         if len(verdict) == 0:  # no value at all: every row is null
             parts.append(np.zeros(len(c), bool))
             continue
-        rows = verdict[c.indices.fill_null(0).to_numpy()]
-        parts.append(rows & ~_missing(c) if c.null_count else rows)
+        parts.append(verdict[c.indices.fill_null(0).to_numpy()] & ~_missing(c))
     return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
