@@ -19,6 +19,7 @@ from sqlalchemy import Engine, delete, insert
 from pipelines.errors import UsageBillingError
 from pipelines.validate import MAX_ID_LENGTH
 from schemas.catalog import Catalog
+from schemas.limits import date_problem, id_problem
 from schemas.warehouse import Account
 
 COLUMNS = ("account_id", "plan", "timezone", "active_from", "active_until")
@@ -35,29 +36,52 @@ class AccountRow:
 
 def _date(value: str, where: str, column: str) -> dt.date:
     try:
-        return dt.date.fromisoformat(value)
+        day = dt.date.fromisoformat(value)
     except ValueError:
         raise UsageBillingError(f"{where}: {column} {value!r} is not a date (YYYY-MM-DD)") from None
+    problem = date_problem(day)
+    if problem:
+        raise UsageBillingError(f"{where}: {column} {day} {problem}")
+    return day
 
 
 def parse_accounts(path: Path, catalog: Catalog) -> list[AccountRow]:
+    """Every row of the file, checked; the first problem is one line naming the file and line."""
     if not path.is_file():
         raise UsageBillingError(f"accounts file not found: {path}")
+    try:
+        return _parse(path, catalog)
+    except UnicodeDecodeError as exc:
+        raise UsageBillingError(f"{path}: not UTF-8 text (byte {exc.start} of a line)") from None
+    except csv.Error as exc:
+        raise UsageBillingError(f"{path}: not a readable CSV file: {exc}") from None
+
+
+def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
     plans = {p.id for p in catalog.plans}
     zones: dict[str, bool] = {}
     rows: list[AccountRow] = []
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        header = [(name or "").strip() for name in (reader.fieldnames or [])]
+        missing = [c for c in COLUMNS if c not in header]
         if missing:
             raise UsageBillingError(
                 f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}"
             )
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:
+            raise UsageBillingError(f"{path}: column {twice[0]!r} appears more than once in the header")
+        reader.fieldnames = header
         for line, rec in enumerate(reader, start=2):
-            where = f"{path} line {line}"
+            where = f"{path} line {reader.line_num}" if reader.line_num else f"{path} line {line}"
+            if None in rec:
+                raise UsageBillingError(f"{where}: more fields than the header has columns")
             account = (rec["account_id"] or "").strip()
-            if not account:
-                raise UsageBillingError(f"{where}: account_id is empty")
+            problem = id_problem(account)
+            if problem:
+                shown = f" {account!r}" if account else ""
+                raise UsageBillingError(f"{where}: account_id{shown} {problem}")
             if len(account) > MAX_ID_LENGTH:
                 raise UsageBillingError(
                     f"{where}: account_id is {len(account):,} characters; at most {MAX_ID_LENGTH} are allowed"

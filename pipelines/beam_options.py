@@ -27,6 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
 from pipelines.startup import collect_from_here
+from schemas.limits import date_problem
 
 DEFAULT_RUNNER = "FnApiRunner"
 DEFAULT_THREADS = 4
@@ -63,9 +64,13 @@ def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineO
 
 def parse_date(value: str, what: str = "date") -> dt.date:
     try:
-        return dt.date.fromisoformat(value)
+        day = dt.date.fromisoformat(value)
     except (TypeError, ValueError):
         raise UsageBillingError(f"invalid {what} {value!r}: expected YYYY-MM-DD") from None
+    problem = date_problem(day)
+    if problem:
+        raise UsageBillingError(f"{what} {day} {problem}")
+    return day
 
 
 def date_range(opts: CommonOptions) -> list[dt.date]:

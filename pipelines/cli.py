@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer._click import exceptions as click_errors
 
 from pipelines.errors import UsageBillingError
 from pipelines.logs import quiet
@@ -27,32 +27,40 @@ err = Console(stderr=True, markup=False, highlight=False)
 out = Console(markup=False, highlight=False)
 
 app = typer.Typer(
-    no_args_is_help=True,
+    no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,
     help="Usage analytics and quota billing for an AI model provider.",
 )
-db_app = typer.Typer(no_args_is_help=True, help="Warehouse schema.")
-accounts_app = typer.Typer(no_args_is_help=True, help="Accounts and their plans.")
-events_app = typer.Typer(no_args_is_help=True, help="Usage events: generate and ingest.")
-usage_app = typer.Typer(no_args_is_help=True, help="Usage aggregates.")
+db_app = typer.Typer(no_args_is_help=False, help="Warehouse schema.")
+accounts_app = typer.Typer(no_args_is_help=False, help="Accounts and their plans.")
+events_app = typer.Typer(no_args_is_help=False, help="Usage events: generate and ingest.")
+usage_app = typer.Typer(no_args_is_help=False, help="Usage aggregates.")
 app.add_typer(db_app, name="db")
 app.add_typer(accounts_app, name="accounts")
 app.add_typer(events_app, name="events")
 app.add_typer(usage_app, name="usage")
-dq_app = typer.Typer(no_args_is_help=True, help="Data-quality gate on clean lake partitions.")
+dq_app = typer.Typer(no_args_is_help=False, help="Data-quality gate on clean lake partitions.")
 app.add_typer(dq_app, name="dq")
-quota_app = typer.Typer(no_args_is_help=True, help="Quota pools: metering and balances.")
+quota_app = typer.Typer(no_args_is_help=False, help="Quota pools: metering and balances.")
 app.add_typer(quota_app, name="quota")
-retirement_app = typer.Typer(no_args_is_help=True, help="Adoption analytics and retirement reports.")
+retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and retirement reports.")
 app.add_typer(retirement_app, name="retirement")
-invoices_app = typer.Typer(no_args_is_help=True, help="Invoices: draft, finalize, void, export.")
+invoices_app = typer.Typer(no_args_is_help=False, help="Invoices: draft, finalize, void, export.")
 app.add_typer(invoices_app, name="invoices")
 
 BEAM = {"allow_extra_args": True, "ignore_unknown_options": True}
 DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-DD")]
 FromOpt = Annotated[str | None, typer.Option("--from", help="first date of a range")]
 ToOpt = Annotated[str | None, typer.Option("--to", help="last date of a range")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out.print(f"usage-billing {version('usage-billing')}")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -65,6 +73,9 @@ def global_options(
     ] = None,
     lake: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_LAKE", help="lake root")] = None,
     landing: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_LANDING", help="landing root")] = None,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_version, help="print the version and exit")
+    ] = False,
 ) -> None:
     ctx.obj = Settings.from_env(config=config, database_url=database_url, lake=lake, landing=landing)
 
@@ -471,7 +482,12 @@ def demo(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns user errors into one line on stderr."""
-    from sqlalchemy.exc import DBAPIError
+    import sqlite3
+
+    import psycopg
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from pipelines.warehouse import vanished_warehouses
 
     quiet()
     try:
@@ -479,28 +495,50 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageBillingError, CatalogError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return getattr(exc, "exit_code", 2)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+    except click_errors.ClickException as exc:  # a usage mistake the command-line library caught
+        where = exc.ctx.command_path if getattr(exc, "ctx", None) else "usage-billing"
+        message = " ".join(exc.format_message().split())
+        group = exc.ctx.command if getattr(exc, "ctx", None) else None
+        if message == "Missing command." and hasattr(group, "list_commands"):
+            message = f"missing command, one of: {', '.join(group.list_commands(exc.ctx))}"  # type: ignore[union-attr]
+        err.print(f"error: {message} (see `{where} --help`)", markup=False, highlight=False, soft_wrap=True)
+        return 2
     except OSError as exc:  # a disk or folder problem outside the lake's own writers
         where = f" {exc.filename}" if exc.filename else ""
         err.print(f"error: cannot use{where}: {exc.strerror or exc}", soft_wrap=True)
         return 2
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("aborted", markup=False)
         return 130
     except DBAPIError as exc:  # e.g. the database went away mid-step: its transaction rolled back
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "database error"
+        return _database_failed(str(exc.orig) if exc.orig else "database error")
+    except SQLAlchemyError as exc:
+        return _database_failed(str(exc))
+    except (psycopg.Error, sqlite3.Error) as exc:  # raised by the driver itself (a COPY, a raw cursor)
+        return _database_failed(str(exc) or type(exc).__name__)
+    lost = vanished_warehouses()
+    if lost:
         err.print(
-            f"error: database operation failed, its transaction was rolled back: {reason}; "
-            "rerun the command when the database is reachable",
+            f"error: the warehouse file {lost[0]} was removed or replaced while the command ran: what it "
+            "wrote is not in the warehouse; restore the file (or `db upgrade` a new one) and rerun",
             markup=False,
             soft_wrap=True,
         )
         return 2
     return 0
+
+
+def _database_failed(reason: str) -> int:
+    first = (reason.strip().splitlines() or ["database error"])[0]
+    err.print(
+        f"error: database operation failed, its transaction was rolled back: {first}; "
+        "rerun the command when the database is reachable",
+        markup=False,
+        soft_wrap=True,
+    )
+    return 2
 
 
 def run() -> None:

@@ -17,6 +17,7 @@ import datetime as dt
 import hashlib
 import logging
 import os
+import stat
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -49,7 +50,16 @@ from pipelines.dedup import (
 )
 from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.locks import step_lock
-from pipelines.readers import file_kind, parquet_units, read_json_file, read_parquet_unit, whole_file
+from pipelines.readers import (
+    LandingFileChanged,
+    file_kind,
+    parquet_units,
+    read_json_file,
+    read_parquet_unit,
+    source_name,
+    stamp,
+    whole_file,
+)
 from pipelines.validate import Rules, validate
 from pipelines.warehouse import make_engine, require_schema
 from schemas.catalog import load_catalog
@@ -119,6 +129,8 @@ class ReadUnit:
     landing_date: str
     row_group: int | None = None  # Parquet row group; None for JSON (the whole file, in chunks)
     first: bool = True  # counts the file once
+    listed: tuple[int, int] | None = None  # (size, mtime) at listing: a changed file is never read in part
+    not_a_file: str | None = None  # what the entry is instead of a regular file (quarantined, not read)
 
 
 # Rows of one sub-shard inside a spill file, (sub, path, first batch, end batch): what travels through the
@@ -140,17 +152,25 @@ class ReadAndValidate(beam.DoFn):
 
     def process(self, unit: ReadUnit):  # type: ignore[no-untyped-def]
         landing = dt.date.fromisoformat(unit.landing_date)
-        name = os.path.basename(unit.path)
+        name = source_name(unit.path)
         kind = file_kind(unit.path)
-        if kind == "parquet":
-            chunks = [read_parquet_unit(unit.path, unit.row_group, landing)]
+        if unit.not_a_file:
+            chunks = [
+                whole_file(
+                    landing, name, "not_a_regular_file", f"{unit.not_a_file}: only regular files are read"
+                )
+            ]
+        elif kind == "parquet":
+            chunks = [read_parquet_unit(unit.path, unit.row_group, landing, unit.listed)]
         elif kind == "json":
-            chunks = read_json_file(unit.path, landing)
+            chunks = read_json_file(unit.path, landing, unit.listed)
         else:
             chunks = [
                 whole_file(landing, name, "unsupported_format", "expected .parquet, .jsonl[.gz] or .json")
             ]
-        unit_key = hashlib.sha1(f"{unit.path}#{unit.row_group}".encode()).hexdigest()[:20]
+        unit_key = hashlib.sha1(f"{unit.path}#{unit.row_group}".encode(errors="surrogateescape")).hexdigest()[
+            :20
+        ]
         stats = _stats(files=1 if unit.first else 0)
         for i, chunk in enumerate(chunks):
             clean, quarantine = validate(chunk, landing, name, self.rules)
@@ -420,6 +440,25 @@ def sub_shards(units: list[ReadUnit], shards: int) -> int:
     return max(1, min(-(-rows // (shards * SUB_SHARD_ROWS)), 65535 // shards))
 
 
+def _not_a_regular_file(path: str) -> str | None:
+    """What a local landing entry is when it is not a regular file (links are not followed: a link to
+    /dev/zero or /etc/passwd is never opened). Object stores hold only objects."""
+    if not lake.is_local(path):
+        return None
+    mode = os.lstat(path).st_mode
+    for test, what in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return what
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
 def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
     units: list[ReadUnit] = []
     for day in dates:
@@ -427,14 +466,25 @@ def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
         if not lake.folder_exists(folder):
             raise UsageBillingError(f"no landing folder for {day}: {folder}")
         for path in lake.list_files(folder, "*"):
-            if os.path.basename(path).startswith(".") or (lake.is_local(path) and os.path.isdir(path)):
+            if os.path.basename(path).startswith("."):  # a producer's temporary file, not yet landed
                 continue
+            odd = _not_a_regular_file(path)
+            if odd:
+                units.append(ReadUnit(path, day.isoformat(), not_a_file=odd))
+                continue
+            listed = stamp(path)
             if file_kind(path) == "parquet":
                 groups = parquet_units(path)
-                units.extend(ReadUnit(path, day.isoformat(), g, first=i == 0) for i, g in enumerate(groups))
+                units.extend(
+                    ReadUnit(path, day.isoformat(), g, first=i == 0, listed=listed)
+                    for i, g in enumerate(groups)
+                )
             else:
-                units.append(ReadUnit(path, day.isoformat()))
+                units.append(ReadUnit(path, day.isoformat(), listed=listed))
     return units
+
+
+READ_ATTEMPTS = 3  # a landing file that changes while it is read: the run is read again from the listing
 
 
 def run(argv: list[str] | None = None) -> IngestResult:
@@ -449,7 +499,16 @@ def run(argv: list[str] | None = None) -> IngestResult:
     try:
         with step_lock(engine, lake.ingest_lock(opts.lake)):
             recovered = recover_runs(opts.lake, engine)
-            result = _ingest(options, opts, dates, catalog, engine)
+            for attempt in range(1, READ_ATTEMPTS + 1):
+                try:
+                    result = _ingest(options, opts, dates, catalog, engine)
+                    break
+                except LandingFileChanged as exc:  # nothing was committed: list and read again
+                    if attempt == READ_ATTEMPTS:
+                        raise LandingFileChanged(
+                            f"{exc} ({READ_ATTEMPTS} attempts); rerun once the producer has finished writing"
+                        ) from None
+                    log.warning("%s; reading the landing folder again", exc)
     finally:
         engine.dispose()
     result.changed_dates = sorted(set(result.changed_dates) | set(recovered))
@@ -460,7 +519,9 @@ def _ingest(options, opts: IngestOptions, dates: list[dt.date], catalog, engine:
     run_id = opts.run_id or f"ingest-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     started = dt.datetime.now(dt.UTC)
     shards = lake.shard_count(opts.lake, opts.shards)
-    rules = Rules(frozenset(catalog.model_ids), opts.lateness_days, opts.max_tokens_per_event)
+    rules = Rules.for_catalog(
+        catalog, lateness_days=opts.lateness_days, max_tokens_per_event=opts.max_tokens_per_event
+    )
     units = read_units(opts.landing, dates)
     subs = sub_shards(units, shards)
     stage = lake.open_stage(opts.lake, run_id, STEP)

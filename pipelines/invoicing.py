@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ from pipelines import faults
 from pipelines.errors import UsageBillingError
 from pipelines.warehouse import insert_arrow, read_arrow
 from schemas.catalog import Catalog
+from schemas.limits import date_problem
 from schemas.warehouse import Account, BillableUsage, Invoice, InvoiceCounter, InvoiceLine
 
 MAX_NUMBER = 999_999
@@ -73,10 +75,16 @@ class DraftResult:
 
 
 def check_month(month: str) -> str:
+    """``month`` as YYYY-MM; a malformed month or one outside the supported dates is one line."""
+    if not re.fullmatch(r"\d{4}-\d{2}", month or ""):
+        raise UsageBillingError(f"--month must look like 2026-03, got {month!r}")
     try:
-        first, _ = month_bounds(month)
+        first, last = month_bounds(month)
     except ValueError:
         raise UsageBillingError(f"--month must look like 2026-03, got {month!r}") from None
+    problem = date_problem(first) or date_problem(last)
+    if problem:
+        raise UsageBillingError(f"--month {month} {problem}")
     return first.strftime("%Y-%m")
 
 

@@ -26,6 +26,7 @@ from isal import igzip
 from isal.isal_zlib import error as DeflateError
 
 from pipelines import lake
+from pipelines.errors import UsageBillingError
 from schemas.events import (
     DICTIONARY,
     EVENT_SCHEMA,
@@ -34,11 +35,11 @@ from schemas.events import (
     RAW_JSON_SCHEMA,
     REQUIRED_FIELDS,
 )
-from schemas.jsonl import ROW_NUMBER, JsonLinesResult, newline_count, read_json_lines
+from schemas.jsonl import ROW_NUMBER, JsonLinesResult, joined, newline_count, read_json_lines
+from schemas.limits import CONTROL_CHARACTERS
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".parq")
-CHUNK_BYTES = 64 << 20
 UTF8_BOM = b"\xef\xbb\xbf"
 
 SPEC_OK = "_specversion_ok"  # present on CloudEvents chunks only
@@ -65,6 +66,45 @@ class RawChunk:
         if self.raw_text is None:
             return None
         return self.raw_text.raw_text(pc.subtract(row_numbers, self.line_offset).to_numpy())
+
+
+CHUNK_BYTES = 64 << 20
+MAX_LINE_BYTES = CHUNK_BYTES  # a longer line is quarantined unread (its bytes are skipped, not kept)
+MAX_BATCH_BYTES = 256 << 20  # a CloudEvents batch is one JSON value: read whole, so bounded
+MAX_FILE_BYTES = 64 << 30  # a landing file (decompressed, for gzip) larger than this is quarantined
+
+
+class LandingFileChanged(UsageBillingError):
+    """A landing file changed between the listing and its read: its rows would be a mix of two files."""
+
+
+def source_name(path: str) -> str:
+    """The file name as the lake, the quarantine and the warehouse record it: any name works. Bytes
+    that are not UTF-8 (``os.listdir`` hands them over as surrogates) and control characters are
+    written as backslash escapes, so the name is always one line of valid text."""
+    name = os.path.basename(path)
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return CONTROL_CHARACTERS.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+def stamp(path: str) -> tuple[int, int]:
+    """(size, modification time) of a landing file: what changes when it is rewritten or replaced."""
+    try:
+        found = lake.stamps([path])
+    except OSError:
+        found = []
+    if not found:
+        raise LandingFileChanged(f"landing file {source_name(path)} disappeared while this run read it")
+    _, size, mtime = found[0]
+    return int(size), int(mtime)
+
+
+def check_unchanged(path: str, listed: tuple[int, int] | None) -> None:
+    if listed is not None and stamp(path) != tuple(listed):
+        raise LandingFileChanged(
+            f"landing file {source_name(path)} changed while this run read it (size or time differ from "
+            "the listing); nothing was committed"
+        )
 
 
 def file_kind(path: str) -> str | None:
@@ -119,8 +159,17 @@ def parquet_units(path: str) -> list[int | None]:
         return [None]
 
 
-def read_parquet_unit(path: str, row_group: int | None, landing_date) -> RawChunk:
-    name = os.path.basename(path)
+def read_parquet_unit(
+    path: str, row_group: int | None, landing_date, listed: tuple[int, int] | None = None
+) -> RawChunk:
+    name = source_name(path)
+    check_unchanged(path, listed)
+    chunk = _read_parquet_unit(path, name, row_group, landing_date)
+    check_unchanged(path, listed)
+    return chunk
+
+
+def _read_parquet_unit(path: str, name: str, row_group: int | None, landing_date) -> RawChunk:
     try:
         pf = _open_parquet(path)
         if row_group is None:
@@ -139,15 +188,27 @@ def read_parquet_unit(path: str, row_group: int | None, landing_date) -> RawChun
         if f.name not in table.column_names:
             columns[f.name] = pa.nulls(table.num_rows, f.type)
             continue
-        col = table[f.name]
-        as_read = (f.name == "event_time" and pa.types.is_timestamp(col.type)) or (
-            f.name in LOW_CARDINALITY and col.type == DICTIONARY
-        )
-        columns[f.name] = col if as_read else col.cast(f.type)
+        try:
+            columns[f.name] = _as_raw(table[f.name], f)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            return whole_file(landing_date, name, "wrong_schema", f"column {f.name}: {exc}")
     raw = pa.table(columns).append_column(
         ROW_NUMBER, pa.array(np.arange(first_row, first_row + table.num_rows, dtype=np.int64))
     )
     return RawChunk(raw, QUARANTINE_SCHEMA.empty_table(), rows_read=table.num_rows)
+
+
+def _as_raw(col: pa.ChunkedArray, f: pa.Field) -> pa.ChunkedArray:
+    """A Parquet column as the raw schema's type. Integers of another width or sign are clamped into
+    int64 first (an unsigned 2^64-1 would not cast): validation's upper bounds then quarantine the
+    row (tokens_out_of_range, duration_out_of_range) instead of the cast failing the file."""
+    if f.name == "event_time" and pa.types.is_timestamp(col.type):
+        return col
+    if f.name in LOW_CARDINALITY and col.type == DICTIONARY:
+        return col
+    if pa.types.is_integer(f.type) and pa.types.is_unsigned_integer(col.type) and col.type.bit_width == 64:
+        col = pc.min_element_wise(col, pa.scalar(2**63 - 1, col.type))
+    return col.cast(f.type)
 
 
 def _open_parquet(path: str) -> pq.ParquetFile:
@@ -161,6 +222,9 @@ def _open_parquet(path: str) -> pq.ParquetFile:
 
 def _schema_problem(schema: pa.Schema) -> str | None:
     """Why a Parquet file's columns cannot hold usage events (None if they can)."""
+    twice = sorted({n for n in schema.names if schema.names.count(n) > 1})
+    if twice:
+        return f"column {twice[0]} appears {schema.names.count(twice[0])} times"
     missing = [n for n in REQUIRED_FIELDS if n not in schema.names]
     if missing:
         return f"missing column(s): {', '.join(missing)}"
@@ -184,10 +248,20 @@ def _schema_problem(schema: pa.Schema) -> str | None:
 # -- JSON lines and CloudEvents --------------------------------------------------------------
 
 
-def _line_chunks(path: str) -> Iterator[tuple[bytes, int, int]]:
-    """Decompressed content in chunks of whole lines: (bytes, line number of the first line - 1,
-    newlines in the bytes).
+@dataclass(frozen=True)
+class OverlongLine:
+    """A line longer than MAX_LINE_BYTES, skipped without keeping its bytes."""
 
+    row_number: int
+    length: int
+
+
+def _line_chunks(path: str) -> Iterator[tuple[bytes, int, int] | OverlongLine]:
+    """Decompressed content in chunks of whole lines: (bytes, line number of the first line - 1,
+    newlines in the bytes); an overlong line comes as an ``OverlongLine`` in its place.
+
+    Memory stays bounded whatever the file holds: a line grows to at most MAX_LINE_BYTES before it is
+    skipped, and a file is read to at most MAX_FILE_BYTES (decompressed) before the rest is refused.
     Gzip is inflated by ISA-L (``isal.igzip``: 2.8x zlib's speed, and outside the GIL, so two files
     inflate at once); a damaged stream raises OSError (a truncated one says so).
     """
@@ -197,8 +271,10 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int, int]]:
         igzip.IGzipFile(fileobj=raw, mode="rb") if gz else contextlib.nullcontext(raw) as handle,
     ):
         carry = b""
+        skipping = 0  # bytes of an overlong line skipped so far (0: not skipping)
         lines_before = 0
         first = True
+        total = 0
         while True:
             try:
                 block = handle.read(CHUNK_BYTES)
@@ -208,9 +284,23 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int, int]]:
                 raise OSError(f"Corrupt gzip stream: {exc}") from None
             if not block:
                 break
+            total += len(block)
+            if total > MAX_FILE_BYTES:
+                raise FileTooLarge(f"more than {MAX_FILE_BYTES >> 30} GiB of content; the rest was not read")
             if first:
                 block = block.removeprefix(UTF8_BOM)  # written by some Windows tools; not data
                 first = False
+            if skipping or carry:  # the block continues a line: does it end here, and how long is it?
+                end_of_line = block.find(b"\n")
+                length = skipping + len(carry) + (end_of_line if end_of_line >= 0 else len(block))
+                if length > MAX_LINE_BYTES:
+                    if end_of_line < 0:
+                        skipping, carry = length, b""
+                        continue
+                    yield OverlongLine(lines_before + 1, length)
+                    lines_before += 1
+                    skipping, carry = 0, b""
+                    block = block[end_of_line + 1 :]
             cut = block.rfind(b"\n")
             if cut < 0:
                 carry += block
@@ -221,43 +311,58 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int, int]]:
             newlines = newline_count(chunk)
             yield chunk, lines_before, newlines
             lines_before += newlines
-        if carry:
+        if skipping:
+            yield OverlongLine(lines_before + 1, skipping)
+        elif carry:
             yield carry, lines_before, newline_count(carry)
 
 
-def _sniff(first: bytes) -> str:
-    head = first.lstrip()[:1]
-    if head == b"[":
-        return "ce_batch"
-    line = first.lstrip().split(b"\n", 1)[0]
-    return "ce_lines" if b'"specversion"' in line else "jsonl"
+class FileTooLarge(OSError):
+    pass
 
 
-def read_json_file(path: str, landing_date) -> Iterator[RawChunk]:
-    """Parse a JSON-lines or CloudEvents file chunk by chunk; an unreadable file is one quarantine row."""
-    name = os.path.basename(path)
-    mode = None
+def _is_batch(first: bytes) -> bool:
+    """A CloudEvents batch is one JSON array: the file's first value starts with '['."""
+    return first.lstrip()[:1] == b"["
+
+
+def read_json_file(path: str, landing_date, listed: tuple[int, int] | None = None) -> Iterator[RawChunk]:
+    """Parse a JSON-lines or CloudEvents file chunk by chunk; an unreadable file is one quarantine row.
+    Each record's format (a plain event or a CloudEvent) is decided by its own top-level keys."""
+    name = source_name(path)
+    check_unchanged(path, listed)
+    first = True
     try:
-        for data, lines_before, newlines in _line_chunks(path):
-            if mode is None:
-                mode = _sniff(data)
-                if mode == "ce_batch":
-                    yield _read_ce_batch(path, landing_date, name)
-                    return
-            yield _parse_chunk(data, lines_before, newlines, mode, landing_date, name)
+        for piece in _line_chunks(path):
+            if isinstance(piece, OverlongLine):
+                detail = f"a line of {piece.length:,} bytes; at most {MAX_LINE_BYTES:,} are read"
+                q = quarantine_rows(
+                    landing_date, name, [piece.row_number], [None], ["line_too_long"], [detail], [None]
+                )
+                yield RawChunk(_empty_raw(), q, rows_read=1)
+                first = False
+                continue
+            data, lines_before, newlines = piece
+            if first and _is_batch(data):
+                yield _read_ce_batch(path, landing_date, name)
+                check_unchanged(path, listed)
+                return
+            first = False
+            yield _parse_chunk(data, lines_before, newlines, landing_date, name)
+    except FileTooLarge as exc:
+        yield whole_file(landing_date, name, "file_too_large", str(exc))
     except (OSError, EOFError, zlib.error) as exc:
         # Rows of earlier chunks were already handed on; the unreadable rest is quarantined as one row.
         yield whole_file(landing_date, name, "unreadable_file", f"{type(exc).__name__}: {exc}")
+    check_unchanged(path, listed)
 
 
-def _parse_chunk(
-    data: bytes, lines_before: int, newlines: int, mode: str, landing_date, name: str
-) -> RawChunk:
-    schema = CE_SCHEMA if mode.startswith("ce") else RAW_JSON_SCHEMA
-    parsed = read_json_lines(data, schema, newlines)
-    table = parsed.table
-    if mode.startswith("ce"):
-        table = _flatten_cloudevents(table)
+def _parse_chunk(data: bytes, lines_before: int, newlines: int, landing_date, name: str) -> RawChunk:
+    """Lines -> raw rows. Every line is read as a plain event first (extra keys are ignored); a line
+    with neither event_id nor event_time that carries a top-level ``specversion`` is a CloudEvent and
+    is read again as one. A value never decides the format: only which keys the record has."""
+    parsed = read_json_lines(data, RAW_JSON_SCHEMA, newlines)
+    table = _as_cloudevents_where_structured(parsed)
     if lines_before:
         table = table.set_column(
             table.schema.get_field_index(ROW_NUMBER), ROW_NUMBER, pc.add(table[ROW_NUMBER], lines_before)
@@ -273,6 +378,35 @@ def _parse_chunk(
         [r.raw[:100_000] for r in rej],
     )
     return RawChunk(table, quarantine, table.num_rows + len(rej), raw_text=parsed, line_offset=lines_before)
+
+
+def _as_cloudevents_where_structured(parsed: JsonLinesResult) -> pa.Table:
+    """The parsed rows, those that are CloudEvents by their keys replaced by their flattened form."""
+    table = parsed.table
+    candidates = pc.and_(table["event_id"].is_null(), table["event_time"].is_null())
+    if not pc.any(candidates).as_py():
+        return table
+    idx = pc.indices_nonzero(candidates)
+    numbers = pc.take(table[ROW_NUMBER].combine_chunks(), idx)
+    if len(numbers) == table.num_rows and not parsed.rejected and not parsed.blank_lines:
+        body = parsed.data  # every line is a candidate (a CloudEvents file): no copy
+    else:
+        body = joined(parsed.lines.take(pc.subtract(numbers, 1))).to_pybytes()
+    ce = read_json_lines(body if body.endswith(b"\n") else body + b"\n", CE_SCHEMA)
+    structured = ce.table.filter(ce.table["specversion"].is_valid())
+    if structured.num_rows == 0:
+        return table
+    # CE row k of the sub-parse is line numbers[k - 1] of the chunk
+    structured = structured.set_column(
+        structured.schema.get_field_index(ROW_NUMBER),
+        ROW_NUMBER,
+        pc.take(numbers, pc.subtract(structured[ROW_NUMBER], 1)),
+    )
+    flat = _flatten_cloudevents(structured)
+    keep = pc.invert(pc.is_in(table[ROW_NUMBER], value_set=flat[ROW_NUMBER].combine_chunks()))
+    plain = table.filter(keep)
+    plain = plain.append_column(SPEC_OK, pa.array(np.ones(plain.num_rows, bool)))
+    return pa.concat_tables([plain, flat]).sort_by(ROW_NUMBER)
 
 
 def _flatten_cloudevents(table: pa.Table) -> pa.Table:
@@ -291,7 +425,11 @@ def _read_ce_batch(path: str, landing_date, name: str) -> RawChunk:
     """A CloudEvents JSON batch (application/cloudevents-batch+json): one array of events."""
     with _open(path) as raw_handle:
         handle = gzip.GzipFile(fileobj=raw_handle) if path.lower().endswith(".gz") else raw_handle
-        body = handle.read()
+        body = handle.read(MAX_BATCH_BYTES + 1)
+    if len(body) > MAX_BATCH_BYTES:
+        return whole_file(
+            landing_date, name, "file_too_large", f"a CloudEvents batch over {MAX_BATCH_BYTES >> 20} MiB"
+        )
     try:
         events = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -300,4 +438,4 @@ def _read_ce_batch(path: str, landing_date, name: str) -> RawChunk:
         return whole_file(landing_date, name, "malformed_json", "CloudEvents batch is not a JSON array")
     # Re-encode element by element as JSON lines (batch files are small by nature), then parse as lines.
     lines = b"\n".join(json.dumps(e, separators=(",", ":")).encode() for e in events)
-    return _parse_chunk(lines, 0, newline_count(lines), "ce_lines", landing_date, name)
+    return _parse_chunk(lines, 0, newline_count(lines), landing_date, name)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.errors import UsageBillingError
 from pipelines.readers import SPEC_OK, RawChunk
 from schemas.events import (
     DICTIONARY,
@@ -26,8 +27,10 @@ from schemas.events import (
     STATUSES,
     TIMESTAMP,
     TOKEN_FIELDS,
+    utc_date,
 )
 from schemas.jsonl import ROW_NUMBER
+from schemas.limits import MAX_DURATION_MS, MAX_TOKENS_LIMIT
 
 _ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?"
 _ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
@@ -35,6 +38,8 @@ _ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
 
 ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code")
 MAX_ID_LENGTH = 200  # the warehouse stores ids as VARCHAR(200)
+BLANK_CHECKED = ("event_id", "account_id")  # required ids: empty or only white space is no id
+_CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE2's syntax
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,26 @@ class Rules:
     lateness_days: int = 35
     max_tokens_per_event: int = 10_000_000
     future_slack_hours: int = 24
+    # (model, tier) -> the first UTC day a price is in force (prices never end: the newest
+    # effective_from <= day applies). A pair missing here has no price at all.
+    priced_from: tuple[tuple[str, str, dt.date], ...] = ()
+    check_prices: bool = False  # on for a catalog's rules (for_catalog); off for rules without prices
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_tokens_per_event <= MAX_TOKENS_LIMIT:
+            raise UsageBillingError(
+                f"--max_tokens_per_event must be between 1 and {MAX_TOKENS_LIMIT:,}, "
+                f"got {self.max_tokens_per_event}"
+            )
+
+    @classmethod
+    def for_catalog(cls, catalog, **options: int) -> Rules:  # type: ignore[no-untyped-def]
+        first: dict[tuple[str, str], dt.date] = {}
+        for p in catalog.prices:
+            key = (p.model, p.tier)
+            first[key] = min(first.get(key, p.effective_from), p.effective_from)
+        priced = tuple(sorted((m, t, d) for (m, t), d in first.items()))
+        return cls(frozenset(catalog.model_ids), priced_from=priced, check_prices=True, **options)
 
 
 def _np_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -122,11 +147,15 @@ def validate(
     checks.append(("missing_event_time", _missing(raw["event_time"])))
     checks.append(("bad_event_time", bad_time))
     checks.append(("naive_event_time", naive_time))
-    checks.append(("empty_event_id", _np_mask(pc.equal(pc.binary_length(raw["event_id"]), 0))))
+    for name in BLANK_CHECKED:
+        checks.append((f"empty_{name}", _blank(raw[name])))
     too_long = np.zeros(n, bool)
+    control = np.zeros(n, bool)
     for name in ID_FIELDS:
         too_long |= _too_long(raw[name])
+        control |= _control_characters(raw[name])
     checks.append(("value_too_long", too_long))
+    checks.append(("control_character", control))
     if SPEC_OK in raw.column_names:
         checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
     checks.append(("unknown_model", _not_in(raw["model"], rules.models)))
@@ -144,6 +173,9 @@ def validate(
         ("cached_exceeds_input", _np_mask(pc.greater(tokens["cached_input_tokens"], tokens["input_tokens"])))
     )
     checks.append(("negative_duration", _np_mask(pc.less(raw["duration_ms"], 0))))
+    checks.append(("duration_out_of_range", _np_mask(pc.greater(raw["duration_ms"], MAX_DURATION_MS))))
+    if rules.check_prices:
+        checks.append(("no_price", _unpriced(raw, times, rules)))
     day_start = dt.datetime.combine(landing_date, dt.time(), tzinfo=dt.UTC)
     latest = day_start + dt.timedelta(days=1, hours=rules.future_slack_hours)
     earliest = day_start - dt.timedelta(days=rules.lateness_days)
@@ -190,6 +222,50 @@ def _too_long(col: pa.ChunkedArray) -> np.ndarray:
             col.take(pa.array(np.flatnonzero(over))), lambda c: pc.greater(pc.utf8_length(c), MAX_ID_LENGTH)
         )
     return over
+
+
+def _blank(col: pa.ChunkedArray) -> np.ndarray:
+    """Present but empty, or only white space."""
+    return _per_value(col, lambda c: pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c)))
+
+
+def _control_characters(col: pa.ChunkedArray) -> np.ndarray:
+    """Values holding a control character. Printable ASCII (nearly every id) is cleared by one cheap
+    kernel; only the other values go through the regular expression."""
+    suspect = _per_value(col, lambda c: pc.invert(pc.ascii_is_printable(c)))
+    if suspect.any():
+        idx = np.flatnonzero(suspect)
+        suspect[idx] = _per_value(col.take(pa.array(idx)), lambda c: pc.match_substring_regex(c, _CONTROL))
+    return suspect
+
+
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """(index of each row's value, the distinct values): a dictionary column as it is, text encoded."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    return arr.indices.fill_null(0).to_numpy().astype(np.int64), arr.dictionary.to_pylist()
+
+
+def _unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
+    """Rows of a catalog model and a known tier whose UTC day is before the first price of that pair
+    (or the pair has none): they could never be invoiced, so they stop here instead of blocking the
+    month's draft later. One lookup table of (model, tier) -> first priced day; no loop over rows."""
+    models, model_values = _codes(raw["model"])
+    tiers, tier_values = _codes(raw["speed_tier"])
+    never = np.iinfo(np.int64).min  # unknown models and tiers have reasons of their own
+    first = np.full((max(len(model_values), 1), max(len(tier_values), 1)), never, np.int64)
+    for i, m in enumerate(model_values):
+        for j, t in enumerate(tier_values):
+            if m in rules.models and t in SPEED_TIERS:
+                first[i, j] = np.iinfo(np.int64).max  # no price at all, unless one is found below
+    epoch = dt.date(1970, 1, 1)
+    for m, t, day in rules.priced_from:
+        if m in model_values and t in tier_values:
+            first[model_values.index(m), tier_values.index(t)] = (day - epoch).days
+    days = utc_date(times).cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64)
+    present = ~_missing(raw["model"]) & ~_missing(raw["speed_tier"]) & ~_missing(times)
+    return present & (days < first[models, tiers])
 
 
 def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:  # type: ignore[no-untyped-def]

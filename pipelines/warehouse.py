@@ -7,9 +7,11 @@ the previous rows in place.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import math
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -40,11 +42,24 @@ INSERT_BATCH_ROWS = 20_000
 
 
 def redact(url: str) -> str:
-    """The URL with any password masked, for messages and logs."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparseable database URL>"
+    """The URL with any password masked, for messages and logs.
+
+    Masked by the text itself, not by a URL parser's idea of where the password ends: everything
+    between the user name's ``:`` and the last ``@`` before the host is hidden, so a password with
+    an unencoded ``@``, ``:`` or ``/`` never shows in part.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    userinfo, _, host = rest.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{host}"
+
+
+def _unencoded_password(url: str) -> bool:
+    """More than one ``@`` before the host: a password (or user) with an unencoded ``@``."""
+    _, sep, rest = url.partition("://")
+    return bool(sep) and rest.count("@") > 1
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -56,8 +71,40 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
+_SQLITE_FILES: dict[str, tuple[int, int]] = {}  # file -> (device, inode) when this process first opened it
+
+
+def _remember_file(path: str):  # type: ignore[no-untyped-def]
+    def on_connect(_dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            _SQLITE_FILES.setdefault(os.path.abspath(path), (st.st_dev, st.st_ino))
+
+    return on_connect
+
+
+def vanished_warehouses() -> list[str]:
+    """SQLite files this process wrote that are gone or replaced since: what went into them is lost
+    (SQLite keeps writing to a deleted file's inode), so the command must not report success."""
+    lost = []
+    for path, ident in _SQLITE_FILES.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            lost.append(path)
+            continue
+        if (st.st_dev, st.st_ino) != ident:
+            lost.append(path)
+    return lost
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; creates the folder of a local SQLite file. Fails with one clear line."""
+    if _unencoded_password(url):
+        raise UsageBillingError(
+            f"invalid database URL {redact(url)}: the user or password holds an unencoded '@'; "
+            "percent-encode it (write '@' as %40, ':' as %3A, '/' as %2F)"
+        )
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -74,6 +121,8 @@ def make_engine(url: str) -> Engine:
         raise UsageBillingError(f"cannot use database {redact(url)}: {exc}") from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        if parsed.database not in (None, "", ":memory:"):
+            event.listen(engine, "connect", _remember_file(parsed.database))
     return engine
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.events import SPEED_TIERS
+from schemas.limits import MAX_ALLOWANCE_TOKENS, date_problem, id_problem
 
 TOKEN_KINDS: tuple[str, ...] = ("input", "cached_input", "output")
 PERIODS: tuple[str, ...] = ("day", "week", "month")
@@ -29,6 +30,25 @@ class CatalogError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> _Strict:
+        """Ids are real ids and dates lie in the supported range (schemas.limits), wherever they sit."""
+        for name, value in self:
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                if name in _ID_FIELDS and isinstance(v, str) and v != "*":
+                    problem = id_problem(v)
+                    if problem:
+                        raise ValueError(f"{name} {v!r} {problem}")
+                if isinstance(v, dt.date):
+                    problem = date_problem(v)
+                    if problem:
+                        raise ValueError(f"{name} {v} {problem}")
+        return self
+
+
+_ID_FIELDS = frozenset({"id", "model", "successor", "models", "exclude_models"})
 
 
 class Model(_Strict):
@@ -73,13 +93,17 @@ class Pool(_Strict):
     exclude_models: list[str] = Field(default_factory=list)
     allowance_tokens: int
     period: Literal["day", "week", "month"]
-    priority: int = 1
+    priority: int = Field(1, ge=-(10**6), le=10**6)
 
     @field_validator("allowance_tokens")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value <= 0:
             raise ValueError(f"allowance_tokens must be positive, got {value}")
+        if value > MAX_ALLOWANCE_TOKENS:
+            raise ValueError(
+                f"allowance_tokens must be at most {MAX_ALLOWANCE_TOKENS:_} per period, got {value}"
+            )
         return value
 
     def covers(self, model: str) -> bool:
@@ -207,7 +231,7 @@ def _location(loc: tuple[object, ...], data: dict) -> str:
             if isinstance(node, dict):
                 label = node.get("id") or "/".join(str(node[k]) for k in ("model", "tier") if k in node)
                 if label:
-                    parts[-1] += f" ({label})"
+                    parts[-1] += f" ({str(label).encode('unicode_escape').decode()})"
         else:
             parts.append(str(item))
             node = node.get(item) if isinstance(node, dict) else None

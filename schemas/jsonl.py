@@ -82,7 +82,7 @@ def split_lines(data: bytes) -> pa.LargeBinaryArray:
     )
 
 
-def _joined(lines: pa.LargeBinaryArray) -> pa.Buffer:
+def joined(lines: pa.LargeBinaryArray) -> pa.Buffer:
     """The bytes of consecutive lines, as a zero-copy slice of the input buffer."""
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
     data = lines.buffers()[2]
@@ -212,7 +212,7 @@ def read_json_lines(data: bytes, schema: pa.Schema, newlines: int | None = None)
         try:
             if has_bad_utf8:
                 raise pa.ArrowInvalid("a line is not UTF-8")
-            table = _read(_joined(chunk), schema, max_line)
+            table = _read(joined(chunk), schema, max_line)
             if table.num_rows != stop - start:
                 raise pa.ArrowInvalid("row count differs from line count")
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,8 @@ class Case:
     clean: int = 0
     duplicates: int = 0
     big: bool = False  # generated only into temporary folders
+    special: str | None = None  # "symlink" | "fifo" | "folder": an entry that is not a regular file
+    recorded: str | None = None  # the name the quarantine and the lake record, when it is not ``name``
 
 
 def _jsonl(name: str, kind: str, bad: list[bytes], reasons: dict[str, int], **kw) -> Case:  # type: ignore[no-untyped-def]
@@ -114,7 +117,7 @@ def cases() -> list[Case]:
         _jsonl("far_future.jsonl", "an event from next year", [line(event("ff", event_time="2027-03-02T10:00:00Z"))],
                {"future_event": 1}),
         _jsonl("ancient.jsonl", "an event older than the lateness window",
-               [line(event("an", event_time="2025-01-01T10:00:00Z"))], {"too_late": 1}),
+               [line(event("an", event_time="2025-01-01T10:00:00Z"))], {"no_price,too_late": 1}),
         _jsonl("negative_duration.jsonl", "a negative duration", [line(event("nd", duration_ms=-1))],
                {"negative_duration": 1}),
         _jsonl("long_account_id.jsonl", "a 10 kB account id", [line(event("la", account_id="a" * 10_000))],
@@ -158,19 +161,98 @@ def cases() -> list[Case]:
                                                       if k != "data"}]).encode(),
              {"missing_account_id,missing_model,missing_speed_tier,missing_input_tokens,"
               "missing_cached_input_tokens,missing_output_tokens,missing_status": 1}, clean=1),
+        Case("specversion_as_value.jsonl", "the word specversion as a value and as an extra key of plain events",
+             line(event("sv-1", error_code="specversion")) + b"\n" + line({**event("sv-2"), "specversion": "1.0"})
+             + b"\n" + line(event("sv-3")) + b"\n", {}, clean=3),
+        Case("mixed_formats.jsonl", "plain events and CloudEvents in one file, each read by its keys",
+             line(event("mix-1")) + b"\n" + line(ce("mix-2", _data("x"))) + b"\n" + line(event("mix-3")) + b"\n",
+             {}, clean=3),
+        _jsonl("nul_in_account.jsonl", "a NUL character (escaped) in account_id",
+               [line(event("nul-a", account_id="acct\u0000x"))], {"control_character": 1}),
+        _jsonl("escape_in_user.jsonl", "a terminal escape sequence in user_id",
+               [line(event("esc-u", user_id="\u001b[31mred"))], {"control_character": 1}),
+        _jsonl("c1_control_in_error.jsonl", "a C1 control character (U+0085) in error_code",
+               [line(event("c1-e", error_code="bad\u0085code"))], {"control_character": 1}),
+        _jsonl("empty_account.jsonl", "an empty account_id", [line(event("ea", account_id=""))],
+               {"empty_account_id": 1}),
+        _jsonl("blank_account.jsonl", "an account_id of ideographic spaces only",
+               [line(event("ba", account_id="\u3000\u3000"))], {"empty_account_id": 1}),
+        _jsonl("blank_event_id.jsonl", "an event_id of spaces only", [line(event("   "))], {"empty_event_id": 1}),
+        _jsonl("huge_duration.jsonl", "a duration of 2^62 ms (its day's sum would overflow)",
+               [line(event("hd", duration_ms=4611686018427387904))], {"duration_out_of_range": 1}),
+        _jsonl("no_price_tier.jsonl", "a tier with no price in force yet on the event's day",
+               [line(event("np1", speed_tier="ultrafast"))], {"no_price": 1}),
+        _jsonl("no_price_model.jsonl", "a model whose first price starts after the event's day",
+               [line(event("np2", model="gpt-5.5-mini"))], {"no_price": 1}),
+        Case("uint64_tokens.parquet", "a Parquet file with unsigned 64-bit tokens, one of them 2^64-1",
+             _parquet_uint64(2**64 - 1), {"tokens_out_of_range": 1}, clean=1),
+        Case("twice_named.parquet", "a Parquet file with two columns named input_tokens", _parquet_twice(),
+             {"wrong_schema": 1}),
+        Case("int_dictionary.parquet", "a Parquet file whose model column is a dictionary of integers",
+             _parquet_int_dictionary(), {"wrong_schema": 1}),
         Case("ten_mb_line.jsonl", "a single 10 MB line",
              line(event("big-good")) + b"\n" + line(event("big", user_id="u" * 10_000_000)) + b"\n",
              {"value_too_long": 1}, clean=1, big=True),
     ]
 
 
+def _parquet_uint64(big_value: int) -> bytes:
+    table = pa.Table.from_pylist([event("u64-good"), event("u64-bad")])
+    col = pa.array([300, big_value], pa.uint64())
+    return _parquet(table.set_column(table.schema.get_field_index("output_tokens"), "output_tokens", col))
+
+
+def _parquet_twice() -> bytes:
+    table = pa.Table.from_pylist([event("twice-1")])
+    return _parquet(table.append_column("input_tokens", pa.array([5], pa.int64())))
+
+
+def _parquet_int_dictionary() -> bytes:
+    table = pa.Table.from_pylist([event("intdict-1")])
+    col = pa.array([7], pa.int64()).dictionary_encode()
+    return _parquet(table.set_column(table.schema.get_field_index("model"), "model", col))
+
+
+def _specials() -> list[Case]:
+    """Entries that are not regular files, and names no file system check makes safe: generated into
+    temporary folders only (git keeps no FIFO, and a name that is not UTF-8 is no name in a checkout)."""
+    body = line(event("named-1")) + b"\n"
+    return [
+        Case("passwd-link.jsonl", "a symbolic link to /etc/passwd (never opened)", b"",
+             {"not_a_regular_file": 1}, big=True, special="symlink"),
+        Case("zero-link.jsonl", "a symbolic link to /dev/zero (never read)", b"",
+             {"not_a_regular_file": 1}, big=True, special="symlink:/dev/zero"),
+        Case("pipe.jsonl", "a FIFO that no producer writes to (never opened)", b"",
+             {"not_a_regular_file": 1}, big=True, special="fifo"),
+        Case("subfolder.jsonl", "a folder among the landing files", b"",
+             {"not_a_regular_file": 1}, big=True, special="folder"),
+        Case("bad-\udcff-name.jsonl", "a file name with bytes that are not UTF-8", body, {}, clean=1,
+             big=True, recorded="bad-\\xff-name.jsonl"),
+        Case("tab\tname.jsonl", "a file name with a control character", line(event("named-2")) + b"\n", {},
+             clean=1, big=True, recorded="tab\\tname.jsonl"),
+        Case("overlong_line.jsonl", "a 65 MB line, longer than any line is read",
+             line(event("long-good")) + b"\n" + b"x" * (65 << 20) + b"\n" + line(event("long-after")) + b"\n",
+             {"line_too_long": 1}, clean=2, big=True),
+    ]
+
+
 def write(folder: Path, big: bool = False) -> list[Case]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for case in cases():
+    for case in cases() + (_specials() if big else []):
         if case.big and not big:
             continue
-        (folder / case.name).write_bytes(case.content)
+        target = folder / case.name
+        kind = (case.special or "").split(":")[0]
+        if kind == "symlink":
+            os.symlink((case.special or "").partition(":")[2] or "/etc/passwd", target)
+        elif kind == "fifo":
+            os.mkfifo(target)
+        elif kind == "folder":
+            target.mkdir()
+            (target / "inside.jsonl").write_bytes(line(event("inside-folder")) + b"\n")
+        else:
+            target.write_bytes(case.content)
         written.append(case)
     return written
 
