@@ -487,9 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-    from pipelines.warehouse import vanished_warehouses
+    from pipelines.warehouse import forget_warehouses, vanished_warehouses
 
     quiet()
+    forget_warehouses()  # only the files this command opens count
     try:
         app(args=argv, standalone_mode=False, prog_name="usage-billing")
     except (UsageBillingError, CatalogError) as exc:

@@ -83,6 +83,10 @@ def _remember_file(path: str):  # type: ignore[no-untyped-def]
     return on_connect
 
 
+def forget_warehouses() -> None:
+    _SQLITE_FILES.clear()
+
+
 def vanished_warehouses() -> list[str]:
     """SQLite files this process wrote that are gone or replaced since: what went into them is lost
     (SQLite keeps writing to a deleted file's inode), so the command must not report success."""
