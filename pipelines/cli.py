@@ -46,6 +46,8 @@ quota_app = typer.Typer(no_args_is_help=False, help="Quota pools: metering and b
 app.add_typer(quota_app, name="quota")
 retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and retirement reports.")
 app.add_typer(retirement_app, name="retirement")
+lake_app = typer.Typer(no_args_is_help=False, help="The lake this warehouse is built from.")
+app.add_typer(lake_app, name="lake")
 invoices_app = typer.Typer(no_args_is_help=False, help="Invoices: draft, finalize, void, export.")
 app.add_typer(invoices_app, name="invoices")
 
@@ -134,6 +136,45 @@ def db_vacuum(ctx: typer.Context) -> None:
             f"vacuumed the warehouse at {redact(s.database_url)}: "
             f"{before / 2**20:,.0f} MB -> {path.stat().st_size / 2**20:,.0f} MB"
         )
+
+
+@lake_app.command("show")
+def lake_show(ctx: typer.Context) -> None:
+    """The lake the warehouse is bound to, and whether --lake is that lake."""
+    from pipelines import lake as lake_files
+    from pipelines.binding import current, where
+    from pipelines.warehouse import make_engine, require_schema
+
+    s = _settings(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    bound = current(engine)
+    meta = lake_files.lake_meta(s.lake)
+    here = meta.get("lake_id") if meta else None
+    out.print(f"--lake {where(s.lake)}: {'lake ' + str(here) if here else 'no lake (no _lake.json)'}")
+    if bound is None:
+        out.print("the warehouse is not bound to a lake yet: the next step that uses a lake binds it")
+    else:
+        out.print(
+            f"the warehouse is bound to lake {bound.lake_id} at {bound.lake_path} since {bound.bound_at}"
+        )
+
+
+@lake_app.command("rebind")
+def lake_rebind(
+    ctx: typer.Context,
+    reason: Annotated[str, typer.Option("--reason", help="why (recorded with who and when)")],
+) -> None:
+    """Point the warehouse at the lake given by --lake on purpose (a moved or restored lake)."""
+    from pipelines.binding import rebind
+    from pipelines.warehouse import make_engine, require_schema
+
+    s = _settings(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    before, after = rebind(engine, s.lake, reason)
+    was = f"lake {before.lake_id} at {before.lake_path}" if before else "no lake"
+    out.print(f"the warehouse is now bound to lake {after.lake_id} at {after.lake_path} (was {was})")
 
 
 @accounts_app.command("load")

@@ -132,8 +132,10 @@ def _metered(engine: Engine, local_day: dt.date, utc_day: dt.date) -> bool:
 def explain_event(
     engine: Engine, lake_root: str, catalog: Catalog, event_id: str, day: dt.date | None = None
 ) -> Charge:
+    from pipelines.binding import require_lake
     from pipelines.meter import load_accounts_table
 
+    require_lake(engine, lake_root, "quota explain")
     found, event_file = find_event(lake_root, event_id, day)
     accounts = load_accounts_table(engine)
     event = attach_accounts(found, accounts)

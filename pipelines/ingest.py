@@ -40,6 +40,7 @@ from pipelines.beam_options import (
     run_pipeline,
     split,
 )
+from pipelines.binding import require_lake
 from pipelines.dedup import (
     ShardResult,
     dedup_shard,
@@ -498,6 +499,9 @@ def run(argv: list[str] | None = None) -> IngestResult:
     require_schema(engine)
     try:
         with step_lock(engine, lake.ingest_lock(opts.lake)):
+            require_lake(
+                engine, opts.lake, "events ingest", create=lambda: lake.shard_count(opts.lake, opts.shards)
+            )
             recovered = recover_runs(opts.lake, engine)
             for attempt in range(1, READ_ATTEMPTS + 1):
                 try:

@@ -19,6 +19,7 @@ import json
 import os
 import posixpath
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -460,6 +461,20 @@ def read_json(path: str) -> object:
 # -- lake metadata ----------------------------------------------------------------------------
 
 
+def lake_meta(lake: str) -> dict | None:
+    """The lake's ``_lake.json`` (its identity and shard count), None where there is no lake."""
+    meta_path = join(lake, META_FILE)
+    if not exists(meta_path):
+        return None
+    try:
+        meta = read_json(meta_path)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise UsageBillingError(f"{meta_path} is not a lake's metadata file (not a JSON object)")
+    return meta
+
+
 def shard_count(lake: str, requested: int | None = None) -> int:
     """The lake's dedup shard count: fixed when the lake is created, so shard files line up."""
     meta_path = join(lake, META_FILE)
@@ -471,7 +486,7 @@ def shard_count(lake: str, requested: int | None = None) -> int:
     shards = requested or DEFAULT_SHARDS
     if not 1 <= shards <= 4096:
         raise UsageBillingError(f"--shards must be between 1 and 4096, got {shards}")
-    write_json(meta_path, {"format_version": 1, "shards": shards})
+    write_json(meta_path, {"format_version": 1, "shards": shards, "lake_id": str(uuid.uuid4())})
     return shards
 
 

@@ -53,6 +53,7 @@ from billing.quota import (
 )
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
+from pipelines.binding import require_lake
 from pipelines.dedup import HASH, runs, shard_segments, stable_hash
 from pipelines.errors import UsageBillingError
 from pipelines.locks import database_lock
@@ -486,6 +487,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
+    require_lake(engine, opts.lake, "quota meter")
     accounts = load_accounts_table(engine)
     stamps = StateStamps(opts.lake, catalog, accounts)
     # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes

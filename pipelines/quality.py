@@ -179,6 +179,9 @@ def check_partitions(
 
     Many dates (a backfill, the demo) are split between worker processes, one GX context each.
     """
+    from pipelines.binding import require_lake
+
+    require_lake(engine, lake_root, "dq check")
     days = sorted(set(dates))
     workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(days) // PARALLEL_MIN_DATES)
     if workers > 1:

@@ -372,6 +372,10 @@ def to_json(report: dict) -> dict:
 def run(
     engine: Engine, catalog: Catalog, as_of: dt.date, out: str | Path, lake_root: str | None = None
 ) -> dict:
+    if lake_root is not None:
+        from pipelines.binding import require_lake
+
+        require_lake(engine, lake_root, "retirement report")
     report = build(engine, catalog, as_of, lake_root)
     store(engine, report)
     data = to_json(report)

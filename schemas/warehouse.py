@@ -24,6 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.expression import false
 from sqlalchemy.types import TIMESTAMP
 
 NAMING_CONVENTION = {
@@ -83,6 +84,31 @@ class IngestRun(Base):
         comment="event date (ISO) -> clean rows, for dates before landing"
     )
     status: Mapped[str] = mapped_column(String(16))
+
+
+class LakeBinding(Base):
+    """Which lake the warehouse is built from: one row per binding, the newest in force. The first
+    step that finds the warehouse unbound binds it to its lake; ``usage-billing lake rebind`` records
+    each deliberate move (who, when, why, from where). Every step that reads or writes the lake
+    refuses a lake whose identity (``_lake.json``'s ``lake_id``) or location differs."""
+
+    __tablename__ = "lake_bindings"
+
+    bound_at: Mapped[dt.datetime] = mapped_column(primary_key=True)
+    lake_id: Mapped[str] = mapped_column(String(36), comment="uuid in the lake's _lake.json")
+    lake_path: Mapped[str] = mapped_column(String(2000), comment="the lake root, absolute for a local lake")
+    bound_by: Mapped[str] = mapped_column(String(200), comment="user@host and the command")
+    reason: Mapped[str] = mapped_column(String(1000))
+
+
+class PipelineLock(Base):
+    """One row per named step lock. A run holds its lock as a row lock (SELECT ... FOR UPDATE NOWAIT)
+    on PostgreSQL: only roles with UPDATE on this table (the pipeline's own) can take or hold one,
+    unlike advisory locks, which any role can take. SQLite uses file locks beside the database."""
+
+    __tablename__ = "pipeline_locks"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
 
 
 class RecomputeQueue(Base):
@@ -276,6 +302,10 @@ class Invoice(Base):
     finalized_at: Mapped[dt.datetime | None]
     voided_at: Mapped[dt.datetime | None]
     void_reason: Mapped[str | None] = mapped_column(String(1000))
+    open_month: Mapped[bool] = mapped_column(
+        server_default=false(),
+        comment="a draft of a month not closed yet (asked for with --open-month): never numbered",
+    )
 
 
 class InvoiceLine(Base):

@@ -85,7 +85,7 @@ HOSTILE = [
     "a; DROP TABLE usage_daily; --",
     "x[/]y[bold]",
     "ünïcødé-账户-🚀",
-    "tab\tand\\backslash",
+    "back\\slash",
     "%s %(x)s {0}",
 ]
 LONG = "z" * 10_000
@@ -150,7 +150,7 @@ def test_hostile_account_ids_and_model_names_stay_data_through_the_command_line_
     for account in HOSTILE:
         shown = cli(s, "quota", "show", "--account", account, "--at", f"{DAY}T23:00:00+00:00")
         assert shown.returncode == 0, shown.stderr
-        assert account.expandtabs(8) in shown.stdout and "plus" in shown.stdout  # the terminal expands tabs
+        assert account in shown.stdout and "plus" in shown.stdout
     for account in (LONG, "nobody' OR '1'='1"):
         shown = cli(s, "quota", "show", "--account", account)
         assert shown.returncode == 2 and len(shown.stderr.strip().splitlines()) == 1, shown.stderr
