@@ -16,6 +16,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +68,21 @@ def month_bounds(month: str) -> tuple[dt.date, dt.date]:
     """'2026-03' -> (2026-03-01, 2026-03-31)."""
     first = dt.date.fromisoformat(f"{month}-01")
     return first, first.replace(day=calendar.monthrange(first.year, first.month)[1])
+
+
+def utc_span(month: str, zones: set[str] | frozenset[str]) -> tuple[dt.date, dt.date]:
+    """The first and last UTC dates that the local month ``month`` touches in any of ``zones``."""
+    first, last = month_bounds(month)
+    starts, ends = [], []
+    for zone in zones or {"UTC"}:
+        tz = ZoneInfo(zone)
+        start = dt.datetime.combine(first, dt.time(), tzinfo=tz)
+        end = dt.datetime.combine(last + dt.timedelta(days=1), dt.time(), tzinfo=tz) - dt.timedelta(
+            microseconds=1
+        )
+        starts.append(start.astimezone(dt.UTC).date())
+        ends.append(end.astimezone(dt.UTC).date())
+    return min(starts), max(ends)
 
 
 def plan_fee_lines(plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:

@@ -422,15 +422,23 @@ def _invoice_engine(ctx: typer.Context):  # type: ignore[no-untyped-def]
 
 
 @invoices_app.command("draft")
-def invoices_draft(ctx: typer.Context, month: MonthOpt) -> None:
+def invoices_draft(
+    ctx: typer.Context,
+    month: MonthOpt,
+    open_month: Annotated[
+        bool,
+        typer.Option("--open-month", help="draft a month that is not closed yet (marked; never finalized)"),
+    ] = False,
+) -> None:
     """(Re)build the month's draft invoices and adjustments; finalized documents are never touched."""
     from pipelines.invoicing import draft
 
     with _step(f"drafting invoices for {month}"):
-        r = draft(_invoice_engine(ctx), _settings(ctx).catalog, month)
+        r = draft(_invoice_engine(ctx), _settings(ctx).catalog, month, open_month=open_month)
     out.print(
         f"{r.month}: {r.invoices:,} draft invoices, {r.adjustments:,} draft adjustments, {r.lines:,} lines, "
         f"total {r.total:,.2f} {_settings(ctx).catalog.currency} (replaced {r.replaced_drafts:,} drafts)"
+        + ("; OPEN MONTH: these drafts are marked open_month and cannot be finalized" if r.open_month else "")
     )
 
 
@@ -439,7 +447,7 @@ def invoices_finalize(ctx: typer.Context, month: MonthOpt) -> None:
     """Number the month's drafts (INV-YYYYMM-NNNNNN, gapless) and freeze them."""
     from pipelines.invoicing import finalize
 
-    r = finalize(_invoice_engine(ctx), month)
+    r = finalize(_invoice_engine(ctx), _settings(ctx).catalog, month)
     if r.finalized == 0:
         out.print(f"{r.month}: no drafts to finalize")
     else:

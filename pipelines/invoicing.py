@@ -52,6 +52,7 @@ from billing.invoices import (
     difference,
     month_bounds,
     totals,
+    utc_span,
 )
 from billing.pricing import MissingPriceError
 from pipelines import faults
@@ -59,7 +60,16 @@ from pipelines.errors import UsageBillingError
 from pipelines.warehouse import insert_arrow, read_arrow
 from schemas.catalog import Catalog
 from schemas.limits import date_problem
-from schemas.warehouse import Account, BillableUsage, Invoice, InvoiceCounter, InvoiceLine
+from schemas.warehouse import (
+    Account,
+    BillableUsage,
+    IngestRun,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    MeteredDate,
+    RecomputeQueue,
+)
 
 MAX_NUMBER = 999_999
 
@@ -72,6 +82,7 @@ class DraftResult:
     lines: int
     total: object  # Decimal: the sum of the drafts' totals
     replaced_drafts: int
+    open_month: bool = False  # the month was not closed: the drafts are marked and cannot be finalized
 
 
 def check_month(month: str) -> str:
@@ -88,6 +99,79 @@ def check_month(month: str) -> str:
     return first.strftime("%Y-%m")
 
 
+def _utc(moment: dt.datetime) -> dt.datetime:
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment  # SQLite returns naive UTC
+
+
+def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date | None = None) -> str | None:
+    """Why ``month`` is not closed yet (None when it is). A month is closed when every local day of it,
+    in every account's timezone, was ingested, with ``[invoicing] close_grace_days`` more landing days
+    for late data, and metered after the last ingest that changed its UTC days. Landing dates before
+    the first one ever ingested held nothing: the platform had no events then."""
+    today = today or dt.datetime.now(dt.UTC).date()
+    first, last = month_bounds(month)
+    a = Account.__table__.c
+    zones = set(
+        conn.execute(
+            select(a.timezone)
+            .distinct()
+            .where(a.active_from <= last, or_(a.active_until.is_(None), a.active_until >= first))
+        ).scalars()
+    ) | {"UTC"}
+    utc_first, utc_last = utc_span(month, zones)
+    grace = catalog.invoicing.close_grace_days
+    needed = utc_last + dt.timedelta(days=grace)
+    if needed >= today:
+        return (
+            f"it closes once landing date {needed} is over and ingested (its last UTC day {utc_last} + "
+            f"{grace} days of grace for late data); today is {today}"
+        )
+    r = IngestRun.__table__.c
+    first_ever = conn.execute(select(func.min(r.landing_date))).scalar()
+    if first_ever is None:
+        return "nothing was ingested yet"
+    start = max(utc_first, _date(first_ever))
+    ingested = {
+        _date(d)
+        for d in conn.execute(
+            select(r.landing_date).distinct().where(r.landing_date.between(start, needed))
+        ).scalars()
+    }
+    for i in range((needed - start).days + 1):
+        day = start + dt.timedelta(days=i)
+        if day not in ingested:
+            return f"landing date {day} is not ingested (the month needs landing dates {start} .. {needed})"
+    m = MeteredDate.__table__.c
+    metered = {
+        _date(d): _utc(at)
+        for d, at in conn.execute(select(m.local_day, m.metered_at).where(m.local_day.between(first, last)))
+    }
+    for i in range((last - first).days + 1):
+        day = first + dt.timedelta(days=i)
+        if day not in metered:
+            return f"local day {day} is not metered: run `usage-billing quota meter --month {month}`"
+    q = RecomputeQueue.__table__.c
+    oldest = min(metered.values())
+    changed = conn.execute(
+        select(q.day, func.max(q.queued_at))
+        .where(q.day.between(utc_first, utc_last))
+        .group_by(q.day)
+        .order_by(q.day)
+    ).all()
+    for day, queued in changed:
+        if _utc(queued) > oldest:
+            return (
+                f"UTC day {_date(day)} changed (an ingest at {_utc(queued):%Y-%m-%d %H:%M} UTC) after the "
+                "month was metered: run `usage-billing run-day --date ...` or "
+                f"`usage-billing quota meter --month {month}`"
+            )
+    return None
+
+
+def _date(value: object) -> dt.date:
+    return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
+
+
 def lock_month(conn: Connection, month: str) -> None:
     """Serialize invoice work on one month: held until the transaction ends."""
     if conn.dialect.name == "postgresql":
@@ -100,12 +184,22 @@ def lock_month(conn: Connection, month: str) -> None:
     )
 
 
-def draft(engine: Engine, catalog: Catalog, month: str) -> DraftResult:
+def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False) -> DraftResult:
+    """Draft ``month``: only a closed month, unless ``open_month`` asks for drafts of an open one
+    (marked ``open_month``, never finalized). A future month is always refused."""
     month = check_month(month)
     first, last = month_bounds(month)
     now = dt.datetime.now(dt.UTC)
+    if first > now.date():
+        raise UsageBillingError(f"cannot draft {month}: it has not started yet (today is {now.date()})")
     with engine.begin() as conn:
         lock_month(conn, month)
+        still_open = open_reason(conn, catalog, month)
+        if still_open and not open_month:
+            raise UsageBillingError(
+                f"cannot draft {month}: the month is not closed: {still_open}; to see drafts of the open "
+                "month anyway, add --open-month (they are marked so and never finalized)"
+            )
         billable = _billable(conn, first, last, catalog)
         plans = _plans(conn, first, last)
         try:
@@ -123,13 +217,18 @@ def draft(engine: Engine, catalog: Catalog, month: str) -> DraftResult:
         invoices = _invoice_rows(fresh, "invoice", plans, docs, month, catalog, now)
         adjusting = _invoice_rows(adjustments, "adjustment", plans, docs, month, catalog, now)
         header = pa.concat_tables([invoices, adjusting])
+        header = header.append_column(
+            "open_month", pa.array([bool(still_open)] * header.num_rows, pa.bool_())
+        )
         lines = pa.concat_tables([fresh, adjustments])
         ids = header.select(["account_id", "invoice_id"])
         lines = lines.join(ids, "account_id").drop_columns(["account_id"])
         insert_arrow(conn, Invoice.__table__, header)
         insert_arrow(conn, InvoiceLine.__table__, lines)
     total = pc.sum(header["total"]).as_py() if header.num_rows else 0
-    return DraftResult(month, invoices.num_rows, adjusting.num_rows, lines.num_rows, total, replaced)
+    return DraftResult(
+        month, invoices.num_rows, adjusting.num_rows, lines.num_rows, total, replaced, bool(still_open)
+    )
 
 
 def _billable(conn: Connection, first: dt.date, last: dt.date, catalog: Catalog) -> pa.Table:
@@ -252,13 +351,27 @@ def invoice_number(month: str, n: int) -> str:
     return f"INV-{month.replace('-', '')}-{n:06d}"
 
 
-def finalize(engine: Engine, month: str) -> FinalizeResult:
-    """Number every draft of the month in one transaction, gaplessly, in (account, sequence) order."""
+def finalize(engine: Engine, catalog: Catalog, month: str) -> FinalizeResult:
+    """Number every draft of the month in one transaction, gaplessly, in (account, sequence) order.
+    An open month is never numbered, nor are drafts made while it was open."""
     month = check_month(month)
     i = Invoice.__table__
     counter = InvoiceCounter.__table__
     with engine.begin() as conn:
         lock_month(conn, month)
+        still_open = open_reason(conn, catalog, month)
+        if still_open:
+            raise UsageBillingError(f"cannot finalize {month}: the month is not closed: {still_open}")
+        early = conn.execute(
+            select(func.count())
+            .select_from(i)
+            .where(i.c.period == month, i.c.status == "draft", i.c.open_month)
+        ).scalar_one()
+        if early:
+            raise UsageBillingError(
+                f"cannot finalize {month}: its {early:,} drafts were made while the month was open; "
+                f"draft it again now that it is closed (`usage-billing invoices draft --month {month}`)"
+            )
         last_query = select(counter.c.last_number).where(counter.c.period == month)
         if conn.dialect.name == "postgresql":
             last_query = last_query.with_for_update()

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, delete, insert, select
 
 from billing.pricing import rate_from
 from billing.quota import (
@@ -60,7 +60,7 @@ from pipelines.locks import database_lock
 from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA, utc_date
-from schemas.warehouse import Account, BillableUsage, MeteredDay, PoolUsage
+from schemas.warehouse import Account, BillableUsage, MeteredDate, MeteredDay, PoolUsage
 
 ALLOCATIONS = "allocations"
 POOL_STATE = "pool_state"
@@ -484,6 +484,7 @@ def run(
 def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str]) -> dict[str, int]:  # type: ignore[no-untyped-def]
     dates = meter_dates(opts)
     first, last = dates[0], dates[-1]
+    started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
@@ -540,6 +541,11 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
             )
             replace_rows(
                 conn, MeteredDay.__table__, "local_day", dates, days if days is not None else pa.table({})
+            )
+            covered = MeteredDate.__table__
+            conn.execute(delete(covered).where(covered.c.local_day.between(first, last)))
+            conn.execute(
+                insert(covered), [{"local_day": d, "run_id": run_id, "metered_at": started} for d in dates]
             )
             pt = PoolUsage.__table__
             conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))

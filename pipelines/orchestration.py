@@ -140,7 +140,8 @@ def finalize_month(month: str) -> dict:
     from pipelines import invoicing
     from pipelines.warehouse import make_engine
 
-    r = invoicing.finalize(make_engine(settings().database_url), month)
+    s = settings()
+    r = invoicing.finalize(make_engine(s.database_url), s.catalog, month)
     return {"month": month, "finalized": r.finalized, "first": r.first_number, "last": r.last_number}
 
 

@@ -147,12 +147,24 @@ class AdoptionConfig(_Strict):
     notice_days: int = Field(90, ge=0, description="notice between the announcement and retirement")
 
 
+class InvoicingConfig(_Strict):
+    """When a month may be invoiced (``[invoicing]``)."""
+
+    close_grace_days: int = Field(
+        2,
+        ge=0,
+        le=35,
+        description="landing days after a month's last UTC day that must be ingested before it closes",
+    )
+
+
 class Catalog(_Strict):
     currency: str = Field(pattern=r"^[A-Z]{3}$")
     models: list[Model] = Field(min_length=1)
     prices: list[Price] = Field(default_factory=list)
     plans: list[Plan] = Field(default_factory=list)
     adoption: AdoptionConfig = Field(default_factory=AdoptionConfig)
+    invoicing: InvoicingConfig = Field(default_factory=InvoicingConfig)
 
     @model_validator(mode="after")
     def _references(self) -> Catalog:

@@ -269,6 +269,18 @@ class MeteredDay(Base):
     overage_tokens: Mapped[int]
 
 
+class MeteredDate(Base):
+    """Account-local dates a metering run covered, and when that run started reading the lake: a month
+    is closed for invoicing only when each of its days was metered after the last ingest that changed
+    the UTC days it spans (``recompute_queue``)."""
+
+    __tablename__ = "metered_dates"
+
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    metered_at: Mapped[dt.datetime] = mapped_column(comment="when the run started reading the lake")
+
+
 class Invoice(Base):
     """One billing document: an account's invoice for a local calendar month, or an adjustment to it.
 

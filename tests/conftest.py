@@ -116,3 +116,39 @@ def table_rows(url: str, model) -> list[tuple]:  # type: ignore[no-untyped-def]
         rows = conn.execute(select(t).order_by(*t.primary_key.columns)).all()
     engine.dispose()
     return [tuple(round(v, 9) if isinstance(v, float) else v for v in r) for r in rows]
+
+
+def close_month(settings: Settings, month: str, scratch: Path) -> None:
+    """Close ``month`` the way production does: ingest every landing date it still needs (here from an
+    empty landing folder of its own, so no shared landing data changes) and meter the whole month."""
+    from sqlalchemy import select
+
+    from billing.invoices import utc_span
+    from pipelines import ingest, meter
+    from schemas.warehouse import Account, IngestRun
+
+    engine = make_engine(settings.database_url)
+    with engine.connect() as conn:
+        zones = set(conn.execute(select(Account.timezone).distinct()).scalars()) | {"UTC"}
+        ingested = set(conn.execute(select(IngestRun.landing_date).distinct()).scalars())
+    engine.dispose()
+    first, last = utc_span(month, zones)
+    needed = last + dt.timedelta(days=settings.catalog.invoicing.close_grace_days)
+    start = max(first, min(ingested)) if ingested else first
+    missing = [start + dt.timedelta(days=i) for i in range((needed - start).days + 1)]
+    missing = [d for d in missing if d not in ingested]
+    empty = scratch / f"empty-landing-{month}"
+    for day in missing:
+        (empty / day.isoformat()).mkdir(parents=True, exist_ok=True)
+    quiet = Settings(settings.config, settings.database_url, settings.lake, str(empty))
+    runs: list[list[dt.date]] = []
+    for (
+        day
+    ) in missing:  # contiguous ranges: an ingest of an already ingested date would replace its quarantine
+        if runs and (day - runs[-1][-1]).days == 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    for run in runs:
+        ingest.run([*quiet.argv(), "--from", run[0].isoformat(), "--to", run[-1].isoformat()])
+    meter.run([*settings.argv(), "--month", month])

@@ -16,8 +16,9 @@ from sqlalchemy import text
 
 from pipelines.accounts import load_accounts
 from pipelines.generate import GeneratorConfig, generate, write_landing
+from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
-from tests.conftest import CATALOG_PATH, ROOT, table_rows
+from tests.conftest import CATALOG_PATH, ROOT, close_month, table_rows
 
 pytestmark = pytest.mark.slow
 DAGS = ROOT / "airflow_dags"
@@ -138,6 +139,15 @@ def _dag_test(home: Path, settings: dict, dag_id: str, logical: str, conf: dict 
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
+def _settings_of(env: dict) -> Settings:
+    return Settings(
+        config=env["USAGE_BILLING_CONFIG"],
+        database_url=env["USAGE_BILLING_DATABASE_URL"],
+        lake=env["USAGE_BILLING_LAKE"],
+        landing=env["USAGE_BILLING_LANDING"],
+    )
+
+
 def _cli(settings: dict, *args: str) -> None:
     env = {**os.environ, **settings}
     done = subprocess.run(
@@ -174,6 +184,7 @@ def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(sc
         assert result["state"] == "success", result
         sunday = day.weekday() == 6
         assert result["tasks"]["week_complete"] == ("success" if sunday else "skipped"), result
+    close_month(_settings_of(via_airflow), "2026-03", root / "airflow")
     monthly = _dag_test(
         home, via_airflow, "billing_monthly", "2026-04-03T00:00:00+00:00", {"month": "2026-03"}
     )
@@ -183,6 +194,7 @@ def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(sc
     via_cli = _warehouse(root, "cli", catalog)
     for day in DAYS:
         _cli(via_cli, "run-day", "--date", day.isoformat())
+    close_month(_settings_of(via_cli), "2026-03", root / "cli")
     for step in ("draft", "finalize"):
         _cli(via_cli, "invoices", step, "--month", "2026-03")
 
@@ -213,6 +225,7 @@ def test_weekly_dag_fails_clearly_without_enough_history_and_monthly_stops_on_a_
         home, settings, "retirement_weekly", "2026-03-30T00:00:00+00:00", {"as_of": "2026-03-29"}
     )
     assert weekly["state"] == "failed" and weekly["tasks"]["report"] == "failed"
+    close_month(_settings_of(settings), "2026-03", root / "short")
     engine = make_engine(settings["USAGE_BILLING_DATABASE_URL"])
     with engine.begin() as conn:  # usage that was never metered: the reconciliation must stop finalizing
         key = conn.execute(text("SELECT day, account_id, model, speed_tier FROM usage_daily LIMIT 1")).one()

@@ -18,7 +18,7 @@ import pytest
 
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
-from tests.conftest import CATALOG_PATH
+from tests.conftest import CATALOG_PATH, close_month
 from tests.test_faults import DAY1, DAY2, cli, lake_state, ok
 
 pytestmark = pytest.mark.slow
@@ -91,6 +91,7 @@ def test_a_read_only_lake_or_export_folder_fails_clearly_and_keeps_earlier_parti
     s = _settings(tmp_path, disk.path / "lake", str(small_landing))
     ok(s, "accounts", "load", str(Path(small_landing) / "accounts.csv"))
     ok(s, "run-day", "--date", DAY1.isoformat())
+    close_month(s, "2026-03", tmp_path)
     ok(s, "invoices", "draft", "--month", "2026-03")
     ok(s, "invoices", "finalize", "--month", "2026-03")
     (disk.path / "exports").mkdir()
@@ -106,8 +107,9 @@ def test_a_read_only_lake_or_export_folder_fails_clearly_and_keeps_earlier_parti
 
     reference = _settings(tmp_path / "ref", tmp_path / "ref" / "lake", str(small_landing))
     ok(reference, "accounts", "load", str(Path(small_landing) / "accounts.csv"))
-    for day in (DAY1, DAY2):
-        ok(reference, "run-day", "--date", day.isoformat())
+    ok(reference, "run-day", "--date", DAY1.isoformat())
+    close_month(reference, "2026-03", tmp_path / "ref")  # as above: the same steps, uninterrupted
+    ok(reference, "run-day", "--date", DAY2.isoformat())
     assert lake_state(s.lake) == lake_state(reference.lake)
 
 
@@ -131,6 +133,7 @@ def test_a_full_warehouse_disk_rolls_back_the_step_and_the_rerun_completes(disk,
     s = _settings(tmp_path, tmp_path / "lake", str(small_landing), db=disk.path / "warehouse.db")
     ok(s, "accounts", "load", str(Path(small_landing) / "accounts.csv"))
     ok(s, "run-day", "--date", DAY1.isoformat())
+    close_month(s, "2026-03", tmp_path)
     ok(s, "invoices", "draft", "--month", "2026-03")
     disk.fill(leave_kib=4)
     failed = cli(s, "run-day", "--date", DAY2.isoformat())

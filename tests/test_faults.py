@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from pipelines import lake
+from pipelines.binding import rebind
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
 from schemas.warehouse import (
@@ -31,7 +32,7 @@ from schemas.warehouse import (
     UsageDaily,
     UsageDailyError,
 )
-from tests.conftest import CATALOG_PATH, ROOT, table_rows
+from tests.conftest import CATALOG_PATH, ROOT, close_month, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -135,9 +136,13 @@ def _copy(src: Settings, dest: Path) -> Settings:
         if part.is_file():
             shutil.copy(part, dest / part.name.replace(source.name, db.name))
     shutil.copytree(src.lake, dest / "lake")
-    return Settings(
+    copy = Settings(
         config=src.config, database_url=f"sqlite:///{db}", lake=str(dest / "lake"), landing=src.landing
     )
+    engine = make_engine(copy.database_url)
+    rebind(engine, copy.lake, "a scenario runs on its own copy of the warehouse and the lake")
+    engine.dispose()
+    return copy
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +164,7 @@ def reference(after_day1, tmp_path_factory) -> dict:  # type: ignore[no-untyped-
     s = _copy(after_day1, tmp_path_factory.mktemp("reference") / "run")
     ok(s, "run-day", "--date", DAY2.isoformat())
     day2 = {"lake": lake_state(s.lake), "warehouse": warehouse_state(s.database_url)}
+    close_month(s, MONTH, Path(s.lake).parent)
     ok(s, "invoices", "draft", "--month", MONTH)
     drafted = warehouse_state(s.database_url)
     ok(s, "invoices", "finalize", "--month", MONTH)
@@ -238,6 +244,7 @@ def test_finalize_killed_before_commit_numbers_nothing_and_the_rerun_numbers_lik
     ok(s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))
     for day in (DAY1, DAY2):
         ok(s, "run-day", "--date", day.isoformat())
+    close_month(s, MONTH, Path(s.lake).parent)
     ok(s, "invoices", "draft", "--month", MONTH)
     drafted = warehouse_state(s.database_url)
     assert drafted["invoices"] == reference["drafted"]["invoices"]

@@ -28,7 +28,7 @@ from pipelines.jobs import ingest_and_aggregate
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
 from schemas.warehouse import Invoice, InvoiceLine, PoolUsage
-from tests.conftest import CATALOG_PATH, ROOT, small_dates
+from tests.conftest import CATALOG_PATH, ROOT, close_month, small_dates
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 MONTH = "2026-03"
@@ -49,8 +49,9 @@ def finance_db(postgres_url, tmp_path_factory, small_landing, catalog) -> str:  
     )
     load_accounts(engine, landing / "accounts.csv", catalog)
     ingest_and_aggregate(settings, small_dates())
+    close_month(settings, MONTH, root)
     invoicing.draft(engine, catalog, MONTH)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
     late_day = small_dates()[-1] + dt.timedelta(days=1)
     late = ds.dataset(f"{settings.lake}/events", format="parquet").to_table().slice(100, 4)
     late = late.drop_columns(["_landing_date", "_source_file"])
@@ -59,14 +60,14 @@ def finance_db(postgres_url, tmp_path_factory, small_landing, catalog) -> str:  
     pq.write_table(late, landing / late_day.isoformat() / "late.parquet")
     ingest_and_aggregate(settings, [late_day])
     invoicing.draft(engine, catalog, MONTH)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
     with engine.connect() as conn:
         number = conn.execute(
             text("SELECT min(invoice_number) FROM invoices WHERE kind = 'invoice' AND status = 'finalized'")
         ).scalar()
     invoicing.void(engine, number, "customer merged into another account")
     invoicing.draft(engine, catalog, MONTH)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
     engine.dispose()
     return postgres_url
 

@@ -23,6 +23,7 @@ from billing.invoices import build_lines, month_bounds
 from billing.pricing import cents
 from pipelines import invoicing
 from pipelines.accounts import load_accounts
+from pipelines.binding import rebind
 from pipelines.errors import UsageBillingError
 from pipelines.invoice_export import LINE_COLUMNS, export
 from pipelines.jobs import ingest_and_aggregate
@@ -30,7 +31,7 @@ from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
 from schemas.catalog import parse_catalog
 from schemas.warehouse import Account, Invoice, InvoiceLine
-from tests.conftest import CATALOG_PATH, small_dates
+from tests.conftest import CATALOG_PATH, close_month, small_dates
 from tests.test_quota import reference
 
 MONTH = "2026-03"
@@ -43,6 +44,7 @@ def _build(settings: Settings, catalog) -> None:  # type: ignore[no-untyped-def]
     load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
     engine.dispose()
     ingest_and_aggregate(settings, small_dates())
+    close_month(settings, MONTH, Path(settings.lake).parent)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +91,7 @@ def db(request, tmp_path) -> Settings:  # type: ignore[no-untyped-def]
     engine = make_engine(built.database_url)
     with engine.begin() as conn:  # TRUNCATE is the test's reset; row triggers guard UPDATE and DELETE
         conn.execute(text("TRUNCATE invoice_lines, invoices, invoice_counters"))
+        conn.execute(text("TRUNCATE lake_bindings"))  # a test may have bound its own copy of the lake
     engine.dispose()
     return built
 
@@ -221,12 +224,12 @@ def test_redraft_replaces_drafts_only_and_finalize_numbers_gaplessly(db, catalog
         first.total,
         first.invoices,
     )
-    done = invoicing.finalize(engine, MONTH)
+    done = invoicing.finalize(engine, catalog, MONTH)
     assert done.finalized == first.invoices
     numbers = _numbers(db)
     assert [n for n, _, _ in numbers] == [f"INV-202603-{k:06d}" for k in range(1, first.invoices + 1)]
     assert [a for _, a, _ in numbers] == sorted(a for _, a, _ in numbers)  # numbered in account order
-    assert invoicing.finalize(engine, MONTH).finalized == 0
+    assert invoicing.finalize(engine, catalog, MONTH).finalized == 0
     nothing_new = invoicing.draft(engine, catalog, MONTH)  # finalized and unchanged: no document at all
     assert (nothing_new.invoices, nothing_new.adjustments, nothing_new.replaced_drafts) == (0, 0, 0)
     assert _numbers(db) == numbers
@@ -261,7 +264,7 @@ def _first_finalized(settings: Settings) -> str:
 def test_the_database_refuses_to_change_a_finalized_invoice(db, catalog, statement):
     engine = make_engine(db.database_url)
     invoicing.draft(engine, catalog, MONTH)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
     number = _first_finalized(db)
     before = _warehouse_invoices(db, "finalized")
     with pytest.raises(DBAPIError, match="not a draft"), engine.begin() as conn:
@@ -272,7 +275,7 @@ def test_the_database_refuses_to_change_a_finalized_invoice(db, catalog, stateme
 def test_void_keeps_the_invoice_and_the_next_draft_bills_the_account_afresh(db, catalog):
     engine = make_engine(db.database_url)
     invoicing.draft(engine, catalog, MONTH)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
     number = _first_finalized(db)
     with pytest.raises(UsageBillingError, match="reason"):
         invoicing.void(engine, number, "  ")
@@ -281,7 +284,7 @@ def test_void_keeps_the_invoice_and_the_next_draft_bills_the_account_afresh(db, 
         invoicing.void(engine, number, "again")
     redraft = invoicing.draft(engine, catalog, MONTH)
     assert (redraft.invoices, redraft.adjustments) == (1, 0)
-    done = invoicing.finalize(engine, MONTH)
+    done = invoicing.finalize(engine, catalog, MONTH)
     with engine.connect() as conn:
         rows = conn.execute(
             text(
@@ -300,6 +303,7 @@ def test_two_finalizers_at_once_number_every_draft_exactly_once(postgres_built, 
     engine = make_engine(postgres_built.database_url)
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE invoice_lines, invoices, invoice_counters"))
+        conn.execute(text("TRUNCATE lake_bindings"))  # a test may have bound its own copy of the lake
     drafted = invoicing.draft(engine, catalog, MONTH)
     barrier = threading.Barrier(2)
     results: list = []
@@ -307,7 +311,7 @@ def test_two_finalizers_at_once_number_every_draft_exactly_once(postgres_built, 
     def finalize() -> None:
         own = make_engine(postgres_built.database_url)  # its own connection pool, like a second process
         barrier.wait()
-        results.append(invoicing.finalize(own, MONTH))
+        results.append(invoicing.finalize(own, catalog, MONTH))
         own.dispose()
 
     threads = [threading.Thread(target=finalize) for _ in range(2)]
@@ -340,7 +344,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
 ):
     engine = make_engine(db.database_url)
     invoicing.draft(engine, catalog, MONTH)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
     # Late events for three accounts land two days later; run-day ingests and re-meters their dates.
     lake_copy = tmp_path / "lake"
     shutil.copytree(db.lake, lake_copy)
@@ -358,6 +362,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
     settings = Settings(
         config=db.config, database_url=db.database_url, lake=str(lake_copy), landing=str(landing)
     )
+    rebind(engine, str(lake_copy), "the test works on its own copy of the lake")
     ingest_and_aggregate(settings, [late_day])
     accounts = set(late["account_id"].to_pylist())
 
@@ -365,7 +370,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
     assert result.invoices == 0 and result.adjustments == len(accounts)
     again = invoicing.draft(engine, catalog, MONTH)  # idempotent: the same adjustments, replaced
     assert (again.adjustments, again.lines, again.total) == (result.adjustments, result.lines, result.total)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
 
     # original + adjustment = a fresh recomputation, line key by line key, for every account
     first, last = month_bounds(MONTH)
@@ -402,7 +407,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
 def test_export_writes_the_design_columns_and_one_html_page_per_account(db, catalog, tmp_path):
     engine = make_engine(db.database_url)
     drafted = invoicing.draft(engine, catalog, MONTH)
-    invoicing.finalize(engine, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
     counts = export(engine, MONTH, tmp_path / "csv")
     with open(tmp_path / "csv" / "invoices.csv", newline="") as f:
         invoices = list(csv.DictReader(f))

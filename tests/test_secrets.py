@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from pipelines import lake
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine
-from tests.conftest import CATALOG_PATH
+from tests.conftest import CATALOG_PATH, close_month
 from tests.test_faults import cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -51,6 +51,9 @@ def test_a_password_in_the_database_url_appears_in_no_output_file_or_table(
         cli(s, "accounts", "load", str(Path(small_landing) / "accounts.csv")),
         cli(s, "run-day", "--date", DAY.isoformat()),
         cli(s, "quota", "show", "--account", "acct-00001", "--at", "2026-03-02T23:00:00+00:00"),
+    ]
+    close_month(s, "2026-03", tmp_path)
+    runs += [
         cli(s, "invoices", "draft", "--month", "2026-03"),
         cli(s, "invoices", "finalize", "--month", "2026-03"),
         cli(s, "invoices", "export", "--month", "2026-03", "--out", str(tmp_path / "exports")),
@@ -158,7 +161,7 @@ def test_hostile_account_ids_and_model_names_stay_data_through_the_command_line_
         s, "invoices", "void", "--number", "INV' OR '1'='1", "--reason", "'; DELETE FROM invoices; --"
     )
     assert voided.returncode == 2 and "Traceback" not in voided.stderr
-    drafted = cli(s, "invoices", "draft", "--month", "2026-03")
+    drafted = cli(s, "invoices", "draft", "--month", "2026-03", "--open-month")
     assert drafted.returncode == 0, drafted.stderr
     with engine.connect() as conn:
         invoiced = {r[0] for r in conn.execute(text("SELECT DISTINCT account_id FROM invoices"))}

@@ -2,6 +2,7 @@
 
 - ``lake_bindings``: which lake (by the id in its ``_lake.json``, and where) the warehouse was built
   from; every step refuses another one.
+- ``metered_dates``: which local dates metering covered, and when: a month is invoiced only when closed.
 - ``invoices.open_month``: a draft of a month that was not closed yet, asked for explicitly.
 - ``pipeline_locks``: the step locks on PostgreSQL are row locks on this table, so that only the
   pipeline's role (not ``finance_reader``) can take, hold or block them.
@@ -38,6 +39,18 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("bound_at", name=op.f("pk_lake_bindings")),
     )
     op.create_table(
+        "metered_dates",
+        sa.Column("local_day", sa.Date(), nullable=False),
+        sa.Column("run_id", sa.String(length=64), nullable=False),
+        sa.Column(
+            "metered_at",
+            sa.TIMESTAMP(timezone=True),
+            nullable=False,
+            comment="when the run started reading the lake",
+        ),
+        sa.PrimaryKeyConstraint("local_day", name=op.f("pk_metered_dates")),
+    )
+    op.create_table(
         "pipeline_locks",
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_pipeline_locks")),
@@ -58,4 +71,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_column("invoices", "open_month")
     op.drop_table("pipeline_locks")
+    op.drop_table("metered_dates")
     op.drop_table("lake_bindings")
