@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import Engine, delete, insert
 
 from pipelines.errors import UsageBillingError
+from pipelines.locks import step_lock
 from pipelines.validate import MAX_ID_LENGTH
 from schemas.catalog import Catalog
 from schemas.limits import date_problem, id_problem
@@ -135,7 +136,7 @@ def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
     rows = parse_accounts(path, catalog)
     ids = sorted({r.account_id for r in rows})
     table = Account.__table__
-    with engine.begin() as conn:
+    with step_lock(engine, "accounts load"), engine.begin() as conn:
         for i in range(0, len(ids), 500):
             conn.execute(delete(table).where(table.c.account_id.in_(ids[i : i + 500])))
         if rows:

@@ -142,7 +142,8 @@ def rebind(engine: Engine, lake_root: str, reason: str) -> tuple[Binding | None,
         raise UsageBillingError(
             f"there is no lake at {where(lake_root)} (no {lake.META_FILE}): nothing to bind to"
         )
-    before = current(engine)
-    moved = f"from lake {before.lake_id} at {before.lake_path}" if before else "from no lake"
-    _record(engine, lake_id, lake_root, f"lake rebind {moved}: {reason.strip()}")
+    with step_lock(engine, lake.ingest_lock(lake_root)):  # not while an ingest runs there
+        before = current(engine)
+        moved = f"from lake {before.lake_id} at {before.lake_path}" if before else "from no lake"
+        _record(engine, lake_id, lake_root, f"lake rebind {moved}: {reason.strip()}")
     return before, current(engine)  # type: ignore[return-value]

@@ -240,6 +240,44 @@ def events_ingest(ctx: typer.Context, date: DateOpt = None, start: FromOpt = Non
     _print_ingest(result)
 
 
+@events_app.command("replay", context_settings=BEAM)
+def events_replay(
+    ctx: typer.Context,
+    date: Annotated[str, typer.Option("--date", help="the landing date whose quarantine is replayed")],
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="only rows with this reason code (e.g. no_price)")
+    ] = None,
+) -> None:
+    """Ingest a landing date's quarantined rows again (once their cause is fixed), then aggregate and
+    meter what they changed, as run-day does."""
+    from pipelines import replay
+    from pipelines.beam_options import parse_date
+    from pipelines.jobs import ingest_and_aggregate
+
+    s = _settings(ctx)
+    day = parse_date(date, "--date")
+    with _step(f"replaying the quarantine of {day}") as status:
+        result, summary = replay.run(s, day, reason, ctx.args)
+        done = ingest_and_aggregate(
+            s, [], ctx.args, on_step=lambda n: status.update(f"replay {day}: {n}"), ingested=result
+        )
+    out.print(
+        f"replayed {summary.selected:,} quarantined rows of {day}"
+        + (f" with reason {reason}" if reason else "")
+        + f"; {summary.kept:,} quarantine rows left as they were"
+        + (
+            f" ({summary.whole_file:,} stand for whole files: land those files again)"
+            if summary.whole_file
+            else ""
+        ),
+        soft_wrap=True,
+    )
+    _print_ingest(result)
+    out.print(f"aggregated {len(done.aggregated)} date(s): {', '.join(str(d) for d in done.aggregated)}")
+    for run in done.metered:
+        out.print(f"metered {run}")
+
+
 def _print_ingest(result) -> None:  # type: ignore[no-untyped-def]
     out.print(
         f"run {result.run_id}: read {result.total('rows_read'):,} rows: clean {result.total('clean'):,}, "

@@ -19,7 +19,7 @@ import logging
 import os
 import stat
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -488,9 +488,16 @@ def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
 READ_ATTEMPTS = 3  # a landing file that changes while it is read: the run is read again from the listing
 
 
-def run(argv: list[str] | None = None) -> IngestResult:
+Prepare = Callable[[], dict[dt.date, pa.Table]]
+
+
+def run(argv: list[str] | None = None, prepare: Prepare | None = None) -> IngestResult:
     """One ingest run, under the lake's ingest lock (one ingest per lake at a time: late events of two
-    landing dates can rewrite the same past partition)."""
+    landing dates can rewrite the same past partition).
+
+    ``prepare`` (a replay of quarantined rows) runs under the lock before the landing folder is read:
+    it writes the files to read and returns, per landing date, the quarantine rows that stay as they
+    are; the date's new quarantine is those rows plus the rows that fail again."""
     options = pipeline_options(argv, threads=True)
     opts = options.view_as(IngestOptions)
     dates = date_range(opts)
@@ -503,9 +510,10 @@ def run(argv: list[str] | None = None) -> IngestResult:
                 engine, opts.lake, "events ingest", create=lambda: lake.shard_count(opts.lake, opts.shards)
             )
             recovered = recover_runs(opts.lake, engine)
+            kept = prepare() if prepare is not None else {}
             for attempt in range(1, READ_ATTEMPTS + 1):
                 try:
-                    result = _ingest(options, opts, dates, catalog, engine)
+                    result = _ingest(options, opts, dates, catalog, engine, kept)
                     break
                 except LandingFileChanged as exc:  # nothing was committed: list and read again
                     if attempt == READ_ATTEMPTS:
@@ -519,7 +527,9 @@ def run(argv: list[str] | None = None) -> IngestResult:
     return result
 
 
-def _ingest(options, opts: IngestOptions, dates: list[dt.date], catalog, engine: Engine) -> IngestResult:  # type: ignore[no-untyped-def]
+def _ingest(
+    options, opts: IngestOptions, dates: list[dt.date], catalog, engine: Engine, kept: dict
+) -> IngestResult:  # type: ignore[no-untyped-def]
     run_id = opts.run_id or f"ingest-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     started = dt.datetime.now(dt.UTC)
     shards = lake.shard_count(opts.lake, opts.shards)
@@ -541,6 +551,8 @@ def _ingest(options, opts: IngestOptions, dates: list[dt.date], catalog, engine:
         _check_conservation(result)
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
             staged = lake.partition(stage, lake.QUARANTINE, day)
+            if day in kept and kept[day].num_rows:  # a replay: the rows it did not take stay
+                lake.write_parquet(lake.join(staged, "kept.parquet"), kept[day])
             if not lake.folder_exists(staged):
                 lake.write_parquet(lake.join(staged, "part-0000.parquet"), QUARANTINE_SCHEMA.empty_table())
         journal = {

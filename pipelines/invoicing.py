@@ -18,7 +18,6 @@ serializes writers), so two drafters or finalizers of one month never interleave
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 import uuid
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from billing.invoices import (
 from billing.pricing import MissingPriceError
 from pipelines import faults
 from pipelines.errors import UsageBillingError
+from pipelines.locks import step_lock
 from pipelines.warehouse import insert_arrow, read_arrow
 from schemas.catalog import Catalog
 from schemas.limits import date_problem
@@ -172,12 +172,15 @@ def _date(value: object) -> dt.date:
     return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
 
 
+def month_lock(month: str) -> str:
+    """The step lock every draft, finalize and void of ``month`` holds (pipelines.locks: a second run
+    exits 75 or waits USAGE_BILLING_LOCK_WAIT seconds)."""
+    return f"invoices {month}"
+
+
 def lock_month(conn: Connection, month: str) -> None:
-    """Serialize invoice work on one month: held until the transaction ends."""
-    if conn.dialect.name == "postgresql":
-        key = int.from_bytes(hashlib.sha1(f"invoices:{month}".encode()).digest()[:8], "big", signed=True)
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
-    # Both: make sure the month's counter row exists (on SQLite this first write takes the write lock).
+    """Inside the month's step lock: make sure the month's counter row exists (on SQLite this first
+    write takes the database's write lock for the transaction)."""
     insert_ = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     conn.execute(
         insert_(InvoiceCounter.__table__).values(period=month, last_number=0).on_conflict_do_nothing()
@@ -192,7 +195,7 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
     now = dt.datetime.now(dt.UTC)
     if first > now.date():
         raise UsageBillingError(f"cannot draft {month}: it has not started yet (today is {now.date()})")
-    with engine.begin() as conn:
+    with step_lock(engine, month_lock(month)), engine.begin() as conn:
         lock_month(conn, month)
         still_open = open_reason(conn, catalog, month)
         if still_open and not open_month:
@@ -357,7 +360,7 @@ def finalize(engine: Engine, catalog: Catalog, month: str) -> FinalizeResult:
     month = check_month(month)
     i = Invoice.__table__
     counter = InvoiceCounter.__table__
-    with engine.begin() as conn:
+    with step_lock(engine, month_lock(month)), engine.begin() as conn:
         lock_month(conn, month)
         still_open = open_reason(conn, catalog, month)
         if still_open:
@@ -417,8 +420,11 @@ def void(engine: Engine, number: str, reason: str) -> str:
     """Void a finalized document; returns its account id. The reason is required and recorded."""
     if not reason.strip():
         raise UsageBillingError("a void needs a --reason")
+    found = re.fullmatch(r"INV-(\d{4})(\d{2})-\d{6}", number)
+    if not found:
+        raise UsageBillingError(f"no invoice numbered {number} (numbers look like INV-202603-000017)")
     i = Invoice.__table__
-    with engine.begin() as conn:
+    with step_lock(engine, month_lock(f"{found[1]}-{found[2]}")), engine.begin() as conn:
         row = conn.execute(select(i.c.account_id, i.c.status).where(i.c.invoice_number == number)).first()
         if row is None:
             raise UsageBillingError(f"no invoice numbered {number}")

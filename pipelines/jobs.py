@@ -98,10 +98,12 @@ def ingest_and_aggregate(
     beam_args: list[str] | None = None,
     on_step: Step | None = None,
     accept_reason: str | None = None,
+    ingested: ingest.IngestResult | None = None,
 ) -> DayResult:
     """Ingest the landing dates, gate the changed partitions on data quality, then aggregate them and
     every past date that late events changed. A date whose gate failed is not aggregated; after the
     others are done, the run fails with one message naming it (unless ``accept_reason`` accepts it).
+    ``ingested``: the ingest already ran (a replay of quarantined rows): only what follows it runs.
     """
     from pipelines import quality
     from pipelines.warehouse import make_engine
@@ -109,7 +111,7 @@ def ingest_and_aggregate(
     step = on_step or (lambda _: None)
     beam_args = list(beam_args or [])
     step("ingest")
-    result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
+    result = ingested or ingest.run([*settings.argv(), *date_args(dates), *beam_args])
     engine = make_engine(settings.database_url)
     # with the dates earlier runs changed but never took downstream (a killed run-day)
     todo, queue = with_queued(engine, [*dates, *result.changed_dates])

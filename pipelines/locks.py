@@ -1,9 +1,14 @@
 """One run of a step at a time: a named lock in the warehouse that every run of the step takes.
 
-PostgreSQL: a session-level advisory lock on a connection of its own (it goes away with the
-process or the connection, so a killed run never leaves it behind). SQLite file: ``flock`` on a file
-beside the database (``<db>.locks/<name>.lock``), released by the kernel when the process ends.
-In-memory SQLite needs none (one process).
+PostgreSQL: a row lock (``SELECT ... FOR UPDATE NOWAIT``) on the step's row of ``pipeline_locks``,
+held by a transaction on a connection of its own (it goes away with the process or the connection,
+so a killed run never leaves it behind). Unlike an advisory lock, which any role can take, a row lock
+needs UPDATE on the table: only the pipeline's own role has it, so ``finance_reader`` (or any other
+role) can neither take, hold nor block a step's lock. The lock connection stays "idle in
+transaction" while the step runs: a server-wide ``idle_in_transaction_session_timeout`` shorter than
+a step would end it (docs/operations.md). SQLite file: ``flock`` on a file beside the database
+(``<db>.locks/<name>.lock``), released by the kernel when the process ends. In-memory SQLite needs
+none (one process).
 
 A second run waits up to ``USAGE_BILLING_LOCK_WAIT`` seconds (default 0) and then exits with
 ``LockBusy``, which says who holds the lock; the CLI exits with code 75 (EX_TEMPFAIL: try later).
@@ -60,10 +65,6 @@ def _busy(name: str, holder: str, waited: float) -> LockBusy:
     )
 
 
-def advisory_key(name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
-
-
 @contextmanager
 def step_lock(engine: Engine, name: str, wait: float | None = None) -> Iterator[None]:
     """Hold the lock ``name`` for the block; raise ``LockBusy`` if it stays taken for ``wait`` seconds."""
@@ -80,24 +81,33 @@ def step_lock(engine: Engine, name: str, wait: float | None = None) -> Iterator[
     yield
 
 
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for FOR UPDATE NOWAIT on a locked row
+
+
 @contextmanager
 def _pg_lock(engine: Engine, name: str, wait: float) -> Iterator[None]:
-    key = advisory_key(name)
+    label = f"usage-billing lock {name}"[:63]
+    key = {"n": name if len(name) <= 200 else name[:180] + hashlib.sha256(name.encode()).hexdigest()[:20]}
     conn = engine.connect()
     try:
-        conn.execute(
-            text("SELECT set_config('application_name', :a, false)"), {"a": f"usage-billing lock {name}"[:63]}
-        )
+        conn.execute(text("SELECT set_config('application_name', :a, false)"), {"a": label})
+        conn.execute(text("INSERT INTO pipeline_locks (name) VALUES (:n) ON CONFLICT (name) DO NOTHING"), key)
+        conn.commit()
         started = time.monotonic()
-        while not conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
-            conn.commit()
-            if time.monotonic() - started >= wait:
-                raise _busy(name, _pg_holder(conn, key), time.monotonic() - started)
-            time.sleep(POLL_SECONDS)
-        conn.commit()  # the lock is the session's: no transaction stays open while the step runs
+        while True:
+            try:
+                conn.execute(text("SELECT name FROM pipeline_locks WHERE name = :n FOR UPDATE NOWAIT"), key)
+                break  # held until this connection's transaction ends
+            except DBAPIError as exc:
+                conn.rollback()
+                if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                    raise
+                if time.monotonic() - started >= wait:
+                    raise _busy(name, _pg_holder(conn, label), time.monotonic() - started) from None
+                time.sleep(POLL_SECONDS)
         yield
         try:  # back to the pool as it came: unlocked, with the engine's application name
-            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            conn.rollback()
             conn.execute(text("SELECT set_config('application_name', :a, false)"), {"a": APPLICATION_NAME})
             conn.commit()
         except DBAPIError:
@@ -106,17 +116,16 @@ def _pg_lock(engine: Engine, name: str, wait: float) -> Iterator[None]:
         conn.close()
 
 
-def _pg_holder(conn, key: int) -> str:  # type: ignore[no-untyped-def]
+def _pg_holder(conn, label: str) -> str:  # type: ignore[no-untyped-def]
+    """Who holds the row: the other connection whose application name is this lock's."""
     row = conn.execute(
         text(
-            "SELECT a.pid, a.backend_start, a.client_addr"
-            " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-            " WHERE l.locktype = 'advisory' AND l.granted"
-            " AND l.classid = :hi AND l.objid = :lo AND l.objsubid = 1"
+            "SELECT pid, backend_start, client_addr FROM pg_stat_activity"
+            " WHERE application_name = :a AND pid <> pg_backend_pid() ORDER BY backend_start LIMIT 1"
         ),
-        {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF},
+        {"a": label},
     ).first()
-    conn.commit()
+    conn.rollback()
     if row is None:
         return "holder unknown"
     since = f"{row.backend_start:%Y-%m-%d %H:%M:%S %Z}"
@@ -155,11 +164,11 @@ def _file_lock(database: Path, name: str, wait: float) -> Iterator[None]:
 @contextmanager
 def database_lock(database_url: str, name: str) -> Iterator[None]:
     """``step_lock`` on an engine of its own, for a step that opens its engines itself."""
-    from pipelines.warehouse import check_connection, make_engine
+    from pipelines.warehouse import make_engine, require_schema
 
     engine = make_engine(database_url)
     try:
-        check_connection(engine)
+        require_schema(engine)  # the lock table is the schema's
         with step_lock(engine, name):
             yield
     finally:

@@ -26,6 +26,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from pipelines import faults, lake
 from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.locks import step_lock
 from pipelines.logs import quiet
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA
@@ -182,6 +183,14 @@ def check_partitions(
     from pipelines.binding import require_lake
 
     require_lake(engine, lake_root, "dq check")
+    with step_lock(engine, DQ_LOCK):
+        return _check(engine, lake_root, catalog, dates, run_id, factor, weeks)
+
+
+DQ_LOCK = "data quality"  # every write of dq_results and dq_acceptances holds it
+
+
+def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str, factor: float, weeks: int):  # type: ignore[no-untyped-def]
     days = sorted(set(dates))
     workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(days) // PARALLEL_MIN_DATES)
     if workers > 1:
@@ -244,6 +253,11 @@ def accept(engine: Engine, day: dt.date, reason: str, who: str | None = None) ->
     """Record that an operator accepts the failed error-level checks of ``day``; returns them."""
     if not reason.strip():
         raise UsageBillingError("an acceptance needs a --reason")
+    with step_lock(engine, DQ_LOCK):
+        return _accept(engine, day, reason, who)
+
+
+def _accept(engine: Engine, day: dt.date, reason: str, who: str | None) -> list[str]:
     t = DqResult.__table__
     with engine.connect() as conn:
         failed = (

@@ -26,6 +26,7 @@ from billing.quota import own_pool_models
 from pipelines import adoption
 from pipelines.detect import METHOD_VERSION, Decision, decide, projected_crossing
 from pipelines.errors import UsageBillingError
+from pipelines.locks import step_lock
 from pipelines.report_html import render_html, render_markdown
 from pipelines.warehouse import read_arrow
 from schemas.catalog import Catalog
@@ -376,8 +377,9 @@ def run(
         from pipelines.binding import require_lake
 
         require_lake(engine, lake_root, "retirement report")
-    report = build(engine, catalog, as_of, lake_root)
-    store(engine, report)
+    with step_lock(engine, "retirement report"):
+        report = build(engine, catalog, as_of, lake_root)
+        store(engine, report)
     data = to_json(report)
     folder = Path(out)
     try:

@@ -4,17 +4,22 @@ PostgreSQL where the point involves the warehouse."""
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from pipelines.cli import main
+from pipelines.invoicing import month_lock
+from pipelines.locks import step_lock
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine
-from schemas.warehouse import BillableUsage, LakeBinding, UsageDaily
-from tests.conftest import small_dates
+from schemas.warehouse import BillableUsage, IngestRun, Invoice, LakeBinding, RecomputeQueue, UsageDaily
+from tests.conftest import close_month, small_dates
 
 DAYS = [d.isoformat() for d in small_dates()[:2]]
 
@@ -41,8 +46,8 @@ def _one_line(code: int, err: str, *expected: str) -> str:
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
-    for text in expected:
-        assert text in lines[0], lines[0]
+    for needle in expected:
+        assert needle in lines[0], lines[0]
     return lines[0]
 
 
@@ -132,3 +137,168 @@ def test_a_moved_lake_needs_a_recorded_rebind(built, capsys, tmp_path):
     assert "@" in rows[1].bound_by
     code, out, _ = _cli(capsys, there, "lake", "show")
     assert code == 0 and rows[1].lake_id in out
+
+
+# -- point 2: only closed months are invoiced ---------------------------------------------------------
+
+
+def test_open_future_and_out_of_range_months_are_refused(built, capsys):
+    code, _, err = _cli(capsys, built, "invoices", "draft", "--month", "9999-12")
+    _one_line(code, err, "outside the supported range")
+    code, _, err = _cli(capsys, built, "invoices", "draft", "--month", "2099-12")
+    _one_line(code, err, "has not started yet")
+    code, _, err = _cli(capsys, built, "invoices", "draft", "--month", "2026-03")
+    line = _one_line(code, err, "is not closed", "--open-month")
+    assert "landing date 2026-03-04 is not ingested" in line  # the first missing day, named
+    code, out, _ = _cli(capsys, built, "invoices", "draft", "--month", "2026-03", "--open-month")
+    assert code == 0 and "OPEN MONTH" in out
+    engine = make_engine(built.database_url)
+    with engine.connect() as conn:
+        marks = set(conn.execute(select(Invoice.open_month).where(Invoice.period == "2026-03")).scalars())
+    engine.dispose()
+    assert marks == {True}
+    code, _, err = _cli(capsys, built, "invoices", "finalize", "--month", "2026-03")
+    _one_line(code, err, "cannot finalize 2026-03", "not closed")
+    code, _, err = _cli(capsys, built, "invoices", "finalize", "--month", "2026-05")
+    _one_line(code, err, "cannot finalize 2026-05")
+
+
+def test_a_closed_month_needs_every_day_metered_after_its_last_ingest(built, capsys, tmp_path):
+    close_month(built, "2026-03", tmp_path)
+    code, out, _ = _cli(capsys, built, "invoices", "draft", "--month", "2026-03", "--open-month")
+    assert code == 0 and "OPEN MONTH" not in out  # closed: an ordinary draft
+    engine = make_engine(built.database_url)
+    with engine.begin() as conn:  # an ingest changed a March UTC day after metering
+        conn.execute(
+            insert(RecomputeQueue.__table__).values(
+                day=dt.date(2026, 3, 10), run_id="ingest-later", queued_at=dt.datetime.now(dt.UTC)
+            )
+        )
+    engine.dispose()
+    code, _, err = _cli(capsys, built, "invoices", "finalize", "--month", "2026-03")
+    _one_line(code, err, "UTC day 2026-03-10 changed", "quota meter --month 2026-03")
+    assert _cli(capsys, built, "quota", "meter", "--month", "2026-03")[0] == 0
+    code, _, err = _cli(capsys, built, "invoices", "finalize", "--month", "2026-03")
+    assert code == 0, err
+    engine = make_engine(built.database_url)
+    with engine.connect() as conn:
+        numbered = conn.execute(
+            select(func.count()).where(Invoice.period == "2026-03", Invoice.invoice_number.is_not(None))
+        ).scalar_one()
+    engine.dispose()
+    assert numbered > 0
+
+
+def test_drafts_of_an_open_month_are_never_numbered_even_once_it_closes(built, capsys, tmp_path):
+    assert _cli(capsys, built, "invoices", "draft", "--month", "2026-03", "--open-month")[0] == 0
+    close_month(built, "2026-03", tmp_path)
+    code, _, err = _cli(capsys, built, "invoices", "finalize", "--month", "2026-03")
+    _one_line(code, err, "made while the month was open", "invoices draft --month 2026-03")
+    assert _cli(capsys, built, "invoices", "draft", "--month", "2026-03")[0] == 0
+    assert _cli(capsys, built, "invoices", "finalize", "--month", "2026-03")[0] == 0
+
+
+# -- point 7: every writing step takes the same kind of lock; no other role can take it ---------------
+
+
+def test_a_second_invoice_run_of_a_month_exits_75(built, capsys):
+    engine = make_engine(built.database_url)
+    with step_lock(engine, month_lock("2026-03")):
+        for argv in (
+            ("invoices", "draft", "--month", "2026-03", "--open-month"),
+            ("invoices", "finalize", "--month", "2026-03"),
+            ("invoices", "void", "--number", "INV-202603-000001", "--reason", "test"),
+        ):
+            code, _, err = _cli(capsys, built, *argv)
+            assert code == 75 and "another run of invoices 2026-03 is in progress" in err, err
+            assert len(err.strip().splitlines()) == 1
+        code, _, err = _cli(capsys, built, "invoices", "draft", "--month", "2026-04", "--open-month")
+        assert code != 75  # another month is another lock
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_the_finance_role_can_neither_take_nor_block_the_pipelines_locks(postgres_settings, capsys):
+    s = postgres_settings
+    assert _cli(capsys, s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))[0] == 0
+    assert _cli(capsys, s, "events", "ingest", "--date", DAYS[0])[0] == 0
+    reader = make_engine(str(make_url(s.database_url).set(username="finance_reader")))
+    with reader.connect() as conn:
+        with pytest.raises(DBAPIError, match="permission denied"):
+            conn.execute(text("SELECT name FROM pipeline_locks FOR UPDATE NOWAIT"))
+        conn.rollback()
+        with pytest.raises(DBAPIError, match="permission denied"):
+            conn.execute(text("LOCK TABLE pipeline_locks IN ACCESS EXCLUSIVE MODE NOWAIT"))
+        conn.rollback()
+        # Every advisory key it can think of, held: the pipeline does not use advisory locks.
+        for name in ("usage aggregate", "quota meter", "invoices 2026-03", f"events ingest into {s.lake}"):
+            conn.execute(text("SELECT pg_advisory_lock(hashtext(:n))"), {"n": name})
+        conn.commit()
+        assert _cli(capsys, s, "usage", "aggregate", "--date", DAYS[0])[0] == 0
+        assert _cli(capsys, s, "quota", "meter", "--date", DAYS[0])[0] == 0
+    reader.dispose()
+
+
+# -- point 3: unpriced usage stops at the door, and quarantined rows can be replayed ------------------
+
+
+def test_quarantined_rows_are_replayed_once_their_cause_is_fixed(sqlite_settings, capsys, tmp_path):
+    from tests.data.bad.corpus import event, line
+
+    s = sqlite_settings
+    assert _cli(capsys, s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))[0] == 0
+    day = "2026-03-04"
+    landing = tmp_path / "landing"
+    (landing / day).mkdir(parents=True)
+    rows = [
+        event("ok-1", event_time=f"{day}T09:00:00Z", account_id="acct-00001"),
+        event("fast-1", event_time=f"{day}T10:00:00Z", account_id="acct-00001", speed_tier="ultrafast"),
+        event("fast-2", event_time=f"{day}T11:00:00Z", account_id="acct-00002", speed_tier="ultrafast"),
+        event("neg-1", event_time=f"{day}T12:00:00Z", output_tokens=-1),
+    ]
+    (landing / day / "batch.jsonl").write_bytes(b"\n".join(line(r) for r in rows) + b"\n")
+    here = Settings(s.config, s.database_url, s.lake, str(landing))
+    code, out, _ = _cli(capsys, here, "run-day", "--date", day)
+    assert code == 0 and "quarantined 3" in out
+
+    code, _, err = _cli(capsys, here, "events", "replay", "--date", day, "--reason", "no_price")
+    assert code == 0, err  # nothing changed yet: replayed and quarantined again
+    assert _quarantine_reasons(s.lake, day) == {"no_price": 2, "negative_tokens": 1}
+
+    priced = tmp_path / "catalog.toml"  # the fix: the ultrafast tier priced from March
+    priced.write_text(
+        Path(s.config).read_text()
+        + '\n[[prices]]\nmodel = "gpt-5.6-sol"\ntier = "ultrafast"\neffective_from = 2026-03-01\n'
+        'input = "6.00"\ncached_input = "0.60"\noutput = "48.00"\n'
+    )
+    fixed = Settings(str(priced), s.database_url, s.lake, str(landing))
+    code, out, err = _cli(capsys, fixed, "events", "replay", "--date", day, "--reason", "no_price")
+    assert code == 0, err
+    assert "replayed 2 quarantined rows" in out and "1 quarantine rows left" in out
+    assert _quarantine_reasons(s.lake, day) == {"negative_tokens": 1}
+    engine = make_engine(s.database_url)
+    with engine.connect() as conn:
+        runs = conn.execute(
+            select(IngestRun.rows_read, IngestRun.clean, IngestRun.quarantined, IngestRun.duplicates)
+            .where(IngestRun.landing_date == dt.date.fromisoformat(day))
+            .order_by(IngestRun.started_at)
+        ).all()
+        ultrafast = conn.execute(
+            select(func.sum(UsageDaily.requests)).where(UsageDaily.speed_tier == "ultrafast")
+        ).scalar_one()
+    engine.dispose()
+    assert [tuple(r) for r in runs] == [(4, 1, 3, 0), (2, 0, 2, 0), (2, 2, 0, 0)]  # each run conserves
+    assert ultrafast == 2  # aggregated: the replay ran the recompute
+    code, _, err = _cli(capsys, fixed, "events", "replay", "--date", day, "--reason", "no_price")
+    _one_line(code, err, "no replayable quarantined row with reason no_price")
+    code, _, err = _cli(capsys, fixed, "events", "replay", "--date", day)  # the rest fails again
+    assert code == 0 and _quarantine_reasons(s.lake, day) == {"negative_tokens": 1}
+
+
+def _quarantine_reasons(lake_root: str, day: str) -> dict[str, int]:
+    from collections import Counter
+
+    from pipelines.replay import quarantine_rows
+
+    table = quarantine_rows(lake_root, dt.date.fromisoformat(day))
+    return dict(Counter(table["reason"].to_pylist())) if table.num_rows else {}
