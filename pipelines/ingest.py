@@ -537,6 +537,7 @@ def _ingest(
         catalog, lateness_days=opts.lateness_days, max_tokens_per_event=opts.max_tokens_per_event
     )
     units = read_units(opts.landing, dates)
+    faults.checkpoint("ingest.listed")
     subs = sub_shards(units, shards)
     stage = lake.open_stage(opts.lake, run_id, STEP)
     try:

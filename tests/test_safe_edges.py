@@ -302,3 +302,141 @@ def _quarantine_reasons(lake_root: str, day: str) -> dict[str, int]:
 
     table = quarantine_rows(lake_root, dt.date.fromisoformat(day))
     return dict(Counter(table["reason"].to_pylist())) if table.num_rows else {}
+
+
+# -- point 4: a landing file that changes while it is read is read again, never in part --------------
+
+
+def test_a_parquet_file_replaced_after_the_listing_is_read_again_whole(sqlite_settings, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.data.bad.corpus import event
+    from tests.test_faults import _paused
+
+    s = sqlite_settings
+    day = "2026-03-04"
+    landing = tmp_path / "landing"
+    (landing / day).mkdir(parents=True)
+    path = landing / day / "gateway.parquet"
+    ten = [event(f"first-{i}", event_time=f"{day}T10:00:00Z") for i in range(10)]
+    pq.write_table(pa.Table.from_pylist(ten), path)
+    here = Settings(s.config, s.database_url, s.lake, str(landing))
+    flag = tmp_path / "paused"
+    proc = _paused(here, flag, "ingest.listed", "events", "ingest", "--date", day)
+    fifty = [event(f"second-{i}", event_time=f"{day}T11:00:00Z") for i in range(50)]
+    pq.write_table(pa.Table.from_pylist(fifty), path.with_suffix(".tmp"), row_group_size=10)
+    path.with_suffix(".tmp").rename(path)  # the producer replaces the file: 5 row groups now
+    flag.unlink()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "read 50 rows: clean 50" in out  # the new file, whole (not 10 rows of it)
+    assert "changed while this run read it" in err  # said, and read again
+
+
+def test_reading_a_changed_file_refuses_instead_of_mixing(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.readers import LandingFileChanged, read_json_file, read_parquet_unit, stamp
+    from tests.data.bad.corpus import event, line
+
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.Table.from_pylist([event("a")]), path)
+    listed = stamp(str(path))
+    pq.write_table(pa.Table.from_pylist([event("a"), event("b")]), path)
+    with pytest.raises(LandingFileChanged, match="changed while this run read it"):
+        read_parquet_unit(str(path), 0, dt.date(2026, 3, 4), listed)
+    jsonl = tmp_path / "b.jsonl"
+    jsonl.write_bytes(line(event("c")) + b"\n")
+    listed = stamp(str(jsonl))
+    jsonl.write_bytes(line(event("c")) + b"\n" + line(event("d")) + b"\n")
+    with pytest.raises(LandingFileChanged):
+        list(read_json_file(str(jsonl), dt.date(2026, 3, 4), listed))
+    jsonl.unlink()
+    with pytest.raises(LandingFileChanged, match="disappeared"):
+        list(read_json_file(str(jsonl), dt.date(2026, 3, 4), listed))
+
+
+# -- point 6: every mistake is one line and exit 2; database failures too ----------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["frobnicate"],
+        ["invoices", "draft"],
+        ["invoices", "draft", "--mnth", "2026-03"],
+        ["events", "generate", "--days", "abc"],
+        [],
+        ["invoices"],
+        ["quota", "meter", "--month", "9999-12"],
+        ["usage", "aggregate", "--date", "9999-12-31"],
+        ["invoices", "draft", "--month", "0001-01"],
+        ["--database-url", "postgresql://relu:p@zz9q@127.0.0.1/test", "db", "upgrade"],
+    ],
+)
+def test_usage_mistakes_are_one_line_and_exit_2(argv, capsys, tmp_path):
+    own_url = argv[:1] == ["--database-url"]
+    code = main(argv if own_url else ["--database-url", f"sqlite:///{tmp_path / 'w.db'}", *argv])
+    err = capsys.readouterr().err
+    _one_line(code, err)
+    assert "zz9q" not in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("usage-billing ")
+
+
+@pytest.mark.postgres
+def test_a_statement_timeout_ends_with_one_line_and_a_rollback(postgres_settings):
+    from tests.test_faults import cli, ok
+
+    s = postgres_settings
+    ok(s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))
+    ok(s, "events", "ingest", "--date", DAYS[0])
+    ok(s, "usage", "aggregate", "--date", DAYS[0])
+    before = _count(s.database_url, UsageDaily.__table__)
+    engine = make_engine(s.database_url)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM usage_daily"))  # the rerun must load them again, via COPY
+    engine.dispose()
+    done = cli(s, "usage", "aggregate", "--date", DAYS[0], PGOPTIONS="-c statement_timeout=1")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "canceling statement due to statement timeout" in lines[0] or "timeout" in lines[0]
+    assert _count(s.database_url, UsageDaily.__table__) == 0  # rolled back, nothing half loaded
+    ok(s, "usage", "aggregate", "--date", DAYS[0])
+    assert _count(s.database_url, UsageDaily.__table__) == before
+
+
+def test_a_warehouse_file_removed_during_a_run_is_not_reported_as_success(sqlite_settings, tmp_path):
+    from tests.test_faults import _paused, ok
+
+    s = sqlite_settings
+    ok(s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))
+    ok(s, "events", "ingest", "--date", DAYS[0])
+    flag = tmp_path / "paused"
+    proc = _paused(s, flag, "warehouse.load.usage_daily", "usage", "aggregate", "--date", DAYS[0])
+    db = Path(s.database_url.removeprefix("sqlite:///"))
+    for part in db.parent.glob(db.name + "*"):
+        if part.is_file():
+            part.unlink()
+    flag.unlink()
+    _, err = proc.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "removed or replaced" in lines[0], err
+
+
+def test_an_accounts_file_with_a_column_twice_is_refused(sqlite_settings, capsys, tmp_path):
+    bad = tmp_path / "accounts.csv"
+    bad.write_text("account_id,plan,timezone,active_from,active_until,plan\na1,plus,UTC,2026-03-01,,pro\n")
+    code, _, err = _cli(capsys, sqlite_settings, "accounts", "load", str(bad))
+    _one_line(code, err, "column 'plan' appears more than once")
+    bad.write_text("account_id,plan,timezone,active_from,active_until\na\x00b,plus,UTC,2026-03-01,\n")
+    code, _, err = _cli(capsys, sqlite_settings, "accounts", "load", str(bad))
+    _one_line(code, err, "control character U+0000")
+    bad.write_text("account_id,plan,timezone,active_from,active_until\nab,plus,UTC,1900-03-01,\n")
+    code, _, err = _cli(capsys, sqlite_settings, "accounts", "load", str(bad))
+    _one_line(code, err, "outside the supported range")
