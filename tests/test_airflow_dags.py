@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from pipelines.accounts import load_accounts
+from pipelines.binding import rebind
 from pipelines.generate import GeneratorConfig, generate, write_landing
 from pipelines.settings import Settings
 from pipelines.warehouse import make_engine, upgrade
@@ -269,6 +270,11 @@ def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog,
             "USAGE_BILLING_LAKE": str(tmp_path / name / "lake"),
             "USAGE_BILLING_REPORTS": str(tmp_path / name / "reports"),
         }
+        engine = make_engine(copies[name]["USAGE_BILLING_DATABASE_URL"])  # a copy is a moved lake
+        rebind(
+            engine, copies[name]["USAGE_BILLING_LAKE"], "the test runs on a copy of the warehouse and lake"
+        )
+        engine.dispose()
     run = _dag_test(
         home, copies["dag"], "retirement_weekly", "2026-09-07T00:00:00+00:00", {"as_of": as_of.isoformat()}
     )
