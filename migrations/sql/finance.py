@@ -29,7 +29,9 @@ def _money(expression: str, dialect: str) -> str:
     return expression if dialect == "postgresql" else f"round({expression}, 2)"
 
 
-def _views(dialect: str) -> dict[str, str]:
+def _views(dialect: str, open_month: bool = False) -> dict[str, str]:
+    """The views' SQL; ``open_month``: the invoices table has that column (revision 0011 on)."""
+    marked = "i.open_month" if open_month else "false"
     charge = "coalesce(l.adjusted_type, l.line_type)"
     fee = _money(f"sum(CASE WHEN {charge} = 'plan_fee' THEN l.amount ELSE 0 END)", dialect)
     overage = _money(f"sum(CASE WHEN {charge} = 'overage_usage' THEN l.amount ELSE 0 END)", dialect)
@@ -41,7 +43,7 @@ SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS documen
        coalesce(l.overage_amount, 0) AS overage_amount,
        coalesce(l.included_tokens, 0) AS included_tokens,
        coalesce(l.overage_tokens, 0) AS overage_tokens,
-       i.created_at, i.finalized_at, i.voided_at, i.void_reason
+       i.created_at, i.finalized_at, i.voided_at, i.void_reason, {marked} AS open_month
 FROM invoices i
 LEFT JOIN (
   SELECT l.invoice_id,
@@ -109,8 +111,11 @@ LEFT JOIN invoiced iv ON iv.month = m.month""",
 
 
 def create(conn: Connection) -> None:
+    from sqlalchemy import inspect
+
     dialect = conn.dialect.name
-    for name, body in _views(dialect).items():
+    columns = {c["name"] for c in inspect(conn).get_columns("invoices")}
+    for name, body in _views(dialect, "open_month" in columns).items():
         conn.exec_driver_sql(f"CREATE VIEW {name} AS {body}")
     if dialect != "postgresql":
         return

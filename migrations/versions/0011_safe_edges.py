@@ -17,6 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.sql import finance
+
 revision = "0011"
 down_revision = "0010"
 branch_labels = None
@@ -56,6 +58,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("name", name=op.f("pk_pipeline_locks")),
     )
     # A plain ADD COLUMN on both databases: a batch rebuild would drop the documents' triggers on SQLite.
+    finance.drop(op.get_bind())  # finance_invoice_summary shows the mark: the views are made again
     op.add_column(
         "invoices",
         sa.Column(
@@ -66,10 +69,13 @@ def upgrade() -> None:
             comment="a draft of a month not closed yet (asked for with --open-month): never numbered",
         ),
     )
+    finance.create(op.get_bind())
 
 
 def downgrade() -> None:
+    finance.drop(op.get_bind())
     op.drop_column("invoices", "open_month")
+    finance.create(op.get_bind())
     op.drop_table("pipeline_locks")
     op.drop_table("metered_dates")
     op.drop_table("lake_bindings")

@@ -190,6 +190,20 @@ def cases() -> list[Case]:
              {"wrong_schema": 1}),
         Case("int_dictionary.parquet", "a Parquet file whose model column is a dictionary of integers",
              _parquet_int_dictionary(), {"wrong_schema": 1}),
+        Case("uint64_duration.parquet", "a Parquet file with an unsigned 64-bit duration of 2^64-1",
+             _parquet_column("duration_ms", pa.array([4000, 2**64 - 1], pa.uint64())),
+             {"duration_out_of_range": 1}, clean=1),
+        Case("naive_times.parquet", "a Parquet file whose event_time has no zone",
+             _parquet_column("event_time", pa.array([None, None], pa.timestamp("us")).fill_null(0)),
+             {"naive_event_time": 2}),
+        Case("int_times.parquet", "a Parquet file whose event_time holds integers",
+             _parquet_column("event_time", pa.array([1, 2], pa.int64())), {"wrong_schema": 1}),
+        _jsonl("newline_in_event_id.jsonl", "an escaped newline inside event_id",
+               [line(event("line\nbreak"))], {"control_character": 1}),
+        Case("cloudevent_data_not_object.jsonl", "a CloudEvent whose data is a string, not an object",
+             line(ce("ce-str-good", _data("x"))) + b"\n" + line({**ce("ce-str-bad", {}), "data": "tokens"}) + b"\n",
+             {"missing_event_id,missing_account_id,missing_model,missing_speed_tier,missing_input_tokens,"
+              "missing_cached_input_tokens,missing_output_tokens,missing_status,missing_event_time": 1}, clean=1),
         Case("ten_mb_line.jsonl", "a single 10 MB line",
              line(event("big-good")) + b"\n" + line(event("big", user_id="u" * 10_000_000)) + b"\n",
              {"value_too_long": 1}, clean=1, big=True),
@@ -200,6 +214,11 @@ def _parquet_uint64(big_value: int) -> bytes:
     table = pa.Table.from_pylist([event("u64-good"), event("u64-bad")])
     col = pa.array([300, big_value], pa.uint64())
     return _parquet(table.set_column(table.schema.get_field_index("output_tokens"), "output_tokens", col))
+
+
+def _parquet_column(name: str, values: pa.Array) -> bytes:
+    table = pa.Table.from_pylist([event(f"{name}-good"), event(f"{name}-bad")])
+    return _parquet(table.set_column(table.schema.get_field_index(name), name, values))
 
 
 def _parquet_twice() -> bytes:
