@@ -17,12 +17,11 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, delete, distinct, func, insert, literal, select
+from sqlalchemy import Connection, delete, distinct, func, insert, literal, select
 
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, pipeline_options, run_pipeline
-from pipelines.binding import require_lake
-from pipelines.errors import UsageBillingError
+from pipelines.binding import require_lake, require_partitions
 from pipelines.locks import database_lock, step_lock
 from pipelines.usage import (
     ERROR_SCHEMA,
@@ -158,27 +157,6 @@ def refresh_weekly_accounts(conn: Connection, dates: list[dt.date]) -> None:
             conn.execute(insert(weekly), rows)
 
 
-def require_partitions(engine: Engine, lake_root: str, dates: list[dt.date]) -> None:
-    """A lake partition is never removed by the pipeline: a date whose partition is missing while
-    usage_daily holds rows of it means the lake is not what the warehouse was built from. Refuse
-    before anything is replaced, naming the first such date."""
-    committed = set(lake.partition_dates(lake_root, lake.EVENTS))
-    missing = [d for d in dates if d not in committed]
-    if not missing:
-        return
-    u = UsageDaily.__table__.c
-    with engine.connect() as conn:
-        stored = conn.execute(
-            select(u.day, func.count()).where(u.day.in_(missing)).group_by(u.day).order_by(u.day).limit(1)
-        ).first()
-    if stored is not None:
-        raise UsageBillingError(
-            f"usage aggregate: the lake at {lake_root} has no events partition for {stored[0]}, "
-            f"but usage_daily holds {stored[1]:,} rows of it; a lake partition is never removed, so "
-            "this lake is not the one these rows came from (or a partition was deleted); nothing changed"
-        )
-
-
 def lake_units(lake_root: str, dates: list[dt.date]) -> list[lake.Unit]:
     files = [f for d in dates for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))]
     return lake.row_group_units(files)
@@ -199,7 +177,7 @@ def _run(options, opts: AggregateOptions) -> dict[dt.date, int]:  # type: ignore
     require_lake(engine, opts.lake, "usage aggregate")
     with step_lock(engine, lake.ingest_lock(opts.lake)):  # not while an ingest swaps partitions
         lake.recover(opts.lake, lake.EVENTS)
-    require_partitions(engine, opts.lake, dates)
+    require_partitions(engine, opts.lake, dates, "usage aggregate")
     run_id = opts.run_id or f"aggregate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     for dead in lake.stages_of(
         opts.lake, "usage aggregate"

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, func, insert, select
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.locks import step_lock
-from schemas.warehouse import IngestRun, LakeBinding
+from schemas.warehouse import IngestRun, LakeBinding, UsageDaily
 
 
 @dataclass(frozen=True)
@@ -147,3 +147,24 @@ def rebind(engine: Engine, lake_root: str, reason: str) -> tuple[Binding | None,
         moved = f"from lake {before.lake_id} at {before.lake_path}" if before else "from no lake"
         _record(engine, lake_id, lake_root, f"lake rebind {moved}: {reason.strip()}")
     return before, current(engine)  # type: ignore[return-value]
+
+
+def require_partitions(engine: Engine, lake_root: str, dates: list[dt.date], step: str) -> None:
+    """A lake partition is never removed by the pipeline: a UTC date whose partition is missing while
+    usage_daily holds rows of it means the lake is not what the warehouse was built from (or lost a
+    partition). Refuse before anything is replaced, naming the first such date."""
+    committed = set(lake.partition_dates(lake_root, lake.EVENTS))
+    missing = [d for d in dates if d not in committed]
+    if not missing:
+        return
+    u = UsageDaily.__table__.c
+    with engine.connect() as conn:
+        stored = conn.execute(
+            select(u.day, func.count()).where(u.day.in_(missing)).group_by(u.day).order_by(u.day).limit(1)
+        ).first()
+    if stored is not None:
+        raise UsageBillingError(
+            f"{step}: the lake at {where(lake_root)} has no events partition for {stored[0]}, but "
+            f"usage_daily holds {stored[1]:,} rows of it; a lake partition is never removed, so this "
+            "lake is not the one these rows came from (or a partition was deleted); nothing changed"
+        )

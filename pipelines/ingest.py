@@ -552,8 +552,9 @@ def _ingest(
         _check_conservation(result)
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
             staged = lake.partition(stage, lake.QUARANTINE, day)
-            if day in kept and kept[day].num_rows:  # a replay: the rows it did not take stay
-                lake.write_parquet(lake.join(staged, "kept.parquet"), kept[day])
+            carried = kept[day] if day in kept else _other_files_quarantine(opts.lake, day, units)
+            if carried.num_rows:  # rows of files this run did not read (or a replay did not take) stay
+                lake.write_parquet(lake.join(staged, "kept.parquet"), carried)
             if not lake.folder_exists(staged):
                 lake.write_parquet(lake.join(staged, "part-0000.parquet"), QUARANTINE_SCHEMA.empty_table())
         journal = {
@@ -571,6 +572,19 @@ def _ingest(
         raise
     _finish(opts.lake, engine, stage, journal)
     return result
+
+
+def _other_files_quarantine(lake_root: str, day: dt.date, units: list[ReadUnit]) -> pa.Table:
+    """The landing date's quarantine rows of files this run did not read: a rerun with fewer files (a
+    landing folder partly restored, another landing root by mistake) replaces only what it read."""
+    files = lake.list_files(lake.partition(lake_root, lake.QUARANTINE, day))
+    if not files:
+        return QUARANTINE_SCHEMA.empty_table()
+    old = pa.concat_tables([lake.read_parquet(f) for f in files])
+    read = pa.array(
+        sorted({source_name(u.path) for u in units if u.landing_date == day.isoformat()}), pa.string()
+    )
+    return old.filter(pc.invert(pc.is_in(old["source_file"], value_set=read))).cast(QUARANTINE_SCHEMA)
 
 
 # -- commit: a journal makes the run's partitions and its warehouse rows all-or-nothing -----------

@@ -53,7 +53,7 @@ from billing.quota import (
 )
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
-from pipelines.binding import require_lake
+from pipelines.binding import require_lake, require_partitions
 from pipelines.dedup import HASH, runs, shard_segments, stable_hash
 from pipelines.errors import UsageBillingError
 from pipelines.locks import database_lock
@@ -502,6 +502,7 @@ def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str
         notes.append(f"started from the pool balances at the end of {first - dt.timedelta(days=1)}")
         log.info("quota meter %s..%s: %s", first, last, notes[-1])
     utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
+    require_partitions(engine, opts.lake, utc_dates, "quota meter")
     run_id = opts.run_id or f"meter-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     for dead in lake.stages_of(opts.lake, "quota meter"):  # left by a killed run (we hold the step's lock)
         lake.discard(dead)

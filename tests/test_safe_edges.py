@@ -114,7 +114,36 @@ def test_a_removed_partition_is_not_aggregated_to_nothing(built, capsys):
     shutil.rmtree(Path(built.lake) / "events" / f"date={DAYS[0]}")
     code, _, err = _cli(capsys, built, "usage", "aggregate", "--date", DAYS[0])
     _one_line(code, err, f"no events partition for {DAYS[0]}", "usage_daily holds")
+    code, _, err = _cli(capsys, built, "quota", "meter", "--from", DAYS[0], "--to", DAYS[-1])
+    _one_line(code, err, "quota meter", f"no events partition for {DAYS[0]}")
     assert _state(built) == before
+
+
+def test_a_rerun_with_fewer_landing_files_keeps_the_quarantine_of_the_others(built, capsys, tmp_path):
+    from tests.data.bad.corpus import event, line
+
+    day = "2026-03-04"
+    landing = tmp_path / "landing"
+    (landing / day).mkdir(parents=True)
+    for name in ("one", "two"):
+        bad = event(f"{name}-bad", event_time=f"{day}T10:00:00Z", output_tokens=-1)
+        (landing / day / f"{name}.jsonl").write_bytes(line(bad) + b"\n")
+    here = Settings(built.config, built.database_url, built.lake, str(landing))
+    assert _cli(capsys, here, "events", "ingest", "--date", day)[0] == 0
+    assert _quarantine_files(built.lake, day) == {"one.jsonl": 1, "two.jsonl": 1}
+    (landing / day / "two.jsonl").unlink()  # the rerun reads one file only (a folder partly restored)
+    (landing / day / "one.jsonl").write_bytes(line(event("one-bad", event_time=f"{day}T10:00:00Z")) + b"\n")
+    assert _cli(capsys, here, "events", "ingest", "--date", day)[0] == 0
+    assert _quarantine_files(built.lake, day) == {"two.jsonl": 1}  # one.jsonl fixed, two.jsonl kept
+
+
+def _quarantine_files(lake_root: str, day: str) -> dict[str, int]:
+    from collections import Counter
+
+    from pipelines.replay import quarantine_rows
+
+    table = quarantine_rows(lake_root, dt.date.fromisoformat(day))
+    return dict(Counter(table["source_file"].to_pylist())) if table.num_rows else {}
 
 
 def test_a_moved_lake_needs_a_recorded_rebind(built, capsys, tmp_path):
