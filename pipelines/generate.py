@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA, SPEED_TIERS
+from schemas.limits import LATEST_DATE
 
 DAY_US = 86_400_000_000
 TIMEZONES = (
@@ -65,6 +66,11 @@ class GeneratorConfig:
     def __post_init__(self) -> None:
         if self.days < 1 or self.accounts < 1 or self.events_per_day < 1:
             raise ValueError("--days, --accounts and --events-per-day must be positive")
+        last = self.start + dt.timedelta(days=self.days + 40)  # late events land up to weeks after
+        if last > LATEST_DATE:
+            raise ValueError(
+                f"--start {self.start} with --days {self.days} runs past {LATEST_DATE} (the last date)"
+            )
         if not (0 <= self.duplicate_rate < 1 and 0 <= self.late_rate < 1):
             raise ValueError("duplicate and late rates must be in [0, 1)")
         if self.fmt not in ("mixed", "parquet", "jsonl"):

@@ -87,7 +87,7 @@ class DraftResult:
 
 def check_month(month: str) -> str:
     """``month`` as YYYY-MM; a malformed month or one outside the supported dates is one line."""
-    if not re.fullmatch(r"\d{4}-\d{2}", month or ""):
+    if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month or ""):
         raise UsageBillingError(f"--month must look like 2026-03, got {month!r}")
     try:
         first, last = month_bounds(month)

@@ -31,6 +31,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 import time
 import uuid
 
@@ -98,6 +99,8 @@ def meter_dates(opts: MeterOptions) -> list[dt.date]:
     if opts.month:
         if opts.date or opts.from_date or opts.to_date:
             raise UsageBillingError("give either --month or dates, not both")
+        if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", opts.month or ""):
+            raise UsageBillingError(f"--month must look like 2026-03, got {opts.month!r}")
         first = parse_date(f"{opts.month}-01", "--month")
         last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
         return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]

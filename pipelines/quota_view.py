@@ -15,6 +15,7 @@ from billing.quota import period_end, period_start
 from pipelines.errors import UsageBillingError
 from schemas.catalog import Catalog, Pool
 from schemas.events import LAKE_SCHEMA
+from schemas.limits import date_problem
 from schemas.warehouse import Account, PoolUsage
 
 
@@ -35,6 +36,12 @@ def _moment(at: str | None) -> dt.datetime:
         ) from None
     if moment.tzinfo is None:
         raise UsageBillingError(f"--at {at!r} has no timezone: add Z or an offset")
+    # a day's margin on both sides: the moment is seen in the account's own timezone
+    problem = date_problem(moment.date() - dt.timedelta(days=1)) or date_problem(
+        moment.date() + dt.timedelta(days=1)
+    )
+    if problem:
+        raise UsageBillingError(f"--at {at}: {problem.replace('is outside', 'lies outside')}")
     return moment
 
 
