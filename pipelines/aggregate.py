@@ -166,12 +166,12 @@ def run(argv: list[str] | None = None) -> dict[dt.date, int]:
     """Aggregate the dates; returns rows loaded per day."""
     options = pipeline_options(argv)
     opts = options.view_as(AggregateOptions)
+    dates = date_range(opts)  # a mistake in the dates is told before any database work
     with database_lock(opts.database_url, "usage aggregate"):
-        return _run(options, opts)
+        return _run(options, opts, dates)
 
 
-def _run(options, opts: AggregateOptions) -> dict[dt.date, int]:  # type: ignore[no-untyped-def]
-    dates = date_range(opts)
+def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date, int]:  # type: ignore[no-untyped-def]
     engine = make_engine(opts.database_url)
     require_schema(engine)
     require_lake(engine, opts.lake, "usage aggregate")

@@ -480,12 +480,14 @@ def run(
     ``notes``, if given, what the run started from when it used stored balances."""
     options = pipeline_options(argv, threads=True)
     opts = options.view_as(MeterOptions)
+    dates = meter_dates(opts)  # a mistake in the dates is told before any database work
     with database_lock(opts.database_url, "quota meter"):
-        return _run(options, opts, {} if seconds is None else seconds, [] if notes is None else notes)
+        return _run(options, opts, {} if seconds is None else seconds, [] if notes is None else notes, dates)
 
 
-def _run(options, opts: MeterOptions, seconds: dict[str, float], notes: list[str]) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    dates = meter_dates(opts)
+def _run(
+    options, opts: MeterOptions, seconds: dict[str, float], notes: list[str], dates: list[dt.date]
+) -> dict[str, int]:  # type: ignore[no-untyped-def]
     first, last = dates[0], dates[-1]
     started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
     catalog = load_catalog(opts.config)
