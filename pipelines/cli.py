@@ -272,7 +272,12 @@ def events_replay(
         ),
         soft_wrap=True,
     )
-    _print_ingest(result)
+    _print_day(done)
+
+
+def _print_day(done) -> None:  # type: ignore[no-untyped-def]
+    """What a run-day (or a replay) did: the ingest, the dates aggregated, the metering runs."""
+    _print_ingest(done.ingest)
     out.print(f"aggregated {len(done.aggregated)} date(s): {', '.join(str(d) for d in done.aggregated)}")
     for run in done.metered:
         out.print(f"metered {run}")
@@ -327,10 +332,7 @@ def run_day(
             on_step=lambda n: status.update(f"run-day {day}: {n}"),
             accept_reason=accept_dq,
         )
-    _print_ingest(result.ingest)
-    out.print(f"aggregated {len(result.aggregated)} date(s): {', '.join(str(d) for d in result.aggregated)}")
-    for run in result.metered:
-        out.print(f"metered {run}")
+    _print_day(result)
 
 
 @dq_app.command("check")
