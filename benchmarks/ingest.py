@@ -111,7 +111,7 @@ def _memory_at_sizes(workdir: Path, n: int) -> tuple[str, str]:
         part = workdir / folder / DAY.isoformat()
         part.mkdir(parents=True)
         for f in files[: max(1, len(files) // share)]:
-            (part / f.name).symlink_to(f)
+            os.link(f, part / f.name)  # a hard link: ingest reads only regular files, never a symlink
         events = sum(pq.ParquetFile(f).metadata.num_rows for f in part.iterdir())
         wall, rss = _ours(workdir, folder, [])
         peaks.append(rss)

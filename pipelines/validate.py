@@ -27,7 +27,6 @@ from schemas.events import (
     STATUSES,
     TIMESTAMP,
     TOKEN_FIELDS,
-    utc_date,
 )
 from schemas.jsonl import ROW_NUMBER
 from schemas.limits import MAX_DURATION_MS, MAX_TOKENS_LIMIT
@@ -207,7 +206,7 @@ def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:  # type: i
     parts = []
     for c in chunks:
         verdict = _np_mask(check(c.dictionary))
-        if len(verdict) == 0:  # no value at all: every row is null
+        if not verdict.any():  # no value fails (or there is none): no row does, nothing to look up
             parts.append(np.zeros(len(c), bool))
             continue
         parts.append(verdict[c.indices.fill_null(0).to_numpy()] & ~_missing(c))
@@ -224,9 +223,34 @@ def _too_long(col: pa.ChunkedArray) -> np.ndarray:
     return over
 
 
+_SPACE_LEADS = np.zeros(256, bool)  # first bytes a string of white space can start with
+_SPACE_LEADS[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0xC2, 0xE1, 0xE2, 0xE3]] = True
+
+
 def _blank(col: pa.ChunkedArray) -> np.ndarray:
-    """Present but empty, or only white space."""
-    return _per_value(col, lambda c: pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c)))
+    """Present but empty, or only white space. A string whose first byte cannot begin white space is
+    neither (nearly every id): only the others go through the Unicode check."""
+    if col.type == DICTIONARY:
+        return _per_value(col, lambda c: pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c)))
+    parts = []
+    for c in col.chunks if isinstance(col, pa.ChunkedArray) else [col]:
+        if not pa.types.is_string(c.type) or c.buffers()[2] is None:
+            parts.append(_np_mask(pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c))))
+            continue
+        offsets = np.frombuffer(c.buffers()[1], np.int32)[c.offset : c.offset + len(c) + 1]
+        data = np.frombuffer(c.buffers()[2], np.uint8)
+        starts, lengths = offsets[:-1], np.diff(offsets)
+        first = data[np.minimum(starts, max(len(data) - 1, 0))] if len(data) else np.zeros(len(c), np.uint8)
+        suspect = (lengths == 0) | _SPACE_LEADS[first]
+        suspect &= ~_missing(c)
+        if suspect.any():
+            idx = np.flatnonzero(suspect)
+            verdict = pc.or_(
+                pc.equal(pc.binary_length(c.take(pa.array(idx))), 0), pc.utf8_is_space(c.take(pa.array(idx)))
+            )
+            suspect[idx] = _np_mask(verdict)
+        parts.append(suspect)
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
 def _control_characters(col: pa.ChunkedArray) -> np.ndarray:
@@ -244,28 +268,47 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr)
-    return arr.indices.fill_null(0).to_numpy().astype(np.int64), arr.dictionary.to_pylist()
+    return arr.indices.fill_null(0).to_numpy(), arr.dictionary.to_pylist()
+
+
+_EPOCH = dt.date(1970, 1, 1)
+_DAY_US = 86_400_000_000
 
 
 def _unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
     """Rows of a catalog model and a known tier whose UTC day is before the first price of that pair
     (or the pair has none): they could never be invoiced, so they stop here instead of blocking the
-    month's draft later. One lookup table of (model, tier) -> first priced day; no loop over rows."""
+    month's draft later.
+
+    Only the (model, tier) pairs whose first price comes after the chunk's earliest day can have such
+    rows (usually none): their rows are found by the pair's code, and only those rows' days are looked
+    at. No loop over rows, and nearly no work on a chunk whose pairs were all priced by then."""
+    n = raw.num_rows
+    lo = pc.min(times).as_py()
+    if lo is None:
+        return np.zeros(n, bool)
+    earliest = (lo.date() - _EPOCH).days
     models, model_values = _codes(raw["model"])
     tiers, tier_values = _codes(raw["speed_tier"])
-    never = np.iinfo(np.int64).min  # unknown models and tiers have reasons of their own
-    first = np.full((max(len(model_values), 1), max(len(tier_values), 1)), never, np.int64)
-    for i, m in enumerate(model_values):
-        for j, t in enumerate(tier_values):
-            if m in rules.models and t in SPEED_TIERS:
-                first[i, j] = np.iinfo(np.int64).max  # no price at all, unless one is found below
-    epoch = dt.date(1970, 1, 1)
-    for m, t, day in rules.priced_from:
-        if m in model_values and t in tier_values:
-            first[model_values.index(m), tier_values.index(t)] = (day - epoch).days
-    days = utc_date(times).cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64)
+    first = {(m, t): (d - _EPOCH).days for m, t, d in rules.priced_from}
+    suspect = [
+        (i * len(tier_values) + j, first.get((m, t)))
+        for i, m in enumerate(model_values)
+        if m in rules.models
+        for j, t in enumerate(tier_values)
+        if t in SPEED_TIERS and first.get((m, t), earliest + 1) > earliest
+    ]
+    if not suspect:
+        return np.zeros(n, bool)
+    codes = models.astype(np.int64) * len(tier_values) + tiers
     present = ~_missing(raw["model"]) & ~_missing(raw["speed_tier"]) & ~_missing(times)
-    return present & (days < first[models, tiers])
+    out = np.zeros(n, bool)
+    us = pc.cast(times, pa.int64()).fill_null(0).to_numpy()
+    for code, day in suspect:
+        rows = np.flatnonzero((codes == code) & present)
+        if len(rows):
+            out[rows] = True if day is None else us[rows] // _DAY_US < day
+    return out
 
 
 def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:  # type: ignore[no-untyped-def]
