@@ -228,7 +228,10 @@ def _invoices(out: Console, engine: Engine, months: list[str], currency: str) ->
         )
         fees = dict(
             conn.execute(
-                text("SELECT period, sum(plan_fee_amount) FROM finance_invoice_summary GROUP BY 1")
+                text(
+                    "SELECT period, sum(plan_fee_amount) FROM finance_invoice_summary "
+                    "WHERE NOT open_month GROUP BY 1"  # an open month's drafts are not invoices yet
+                )
             ).all()
         )
         recon = {r.month: r for r in conn.execute(text("SELECT * FROM finance_reconciliation"))}
