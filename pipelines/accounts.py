@@ -62,7 +62,7 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
     plans = {p.id for p in catalog.plans}
     zones: dict[str, bool] = {}
     rows: list[AccountRow] = []
-    with path.open(newline="", encoding="utf-8") as handle:
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         header = [(name or "").strip() for name in (reader.fieldnames or [])]
         missing = [c for c in COLUMNS if c not in header]

@@ -118,7 +118,11 @@ def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndar
     if pa.types.is_timestamp(col.type):
         if col.type.tz is None:
             return pa.nulls(n, TIMESTAMP), np.zeros(n, bool), ~_missing(col)
-        return col.cast(TIMESTAMP), np.zeros(n, bool), np.zeros(n, bool)
+        return (
+            pc.cast(col, TIMESTAMP, safe=False),
+            np.zeros(n, bool),
+            np.zeros(n, bool),
+        )  # ns: truncated, as text is
     try:
         return _cast_time(col), np.zeros(n, bool), np.zeros(n, bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

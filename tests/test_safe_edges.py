@@ -469,3 +469,12 @@ def test_an_accounts_file_with_a_column_twice_is_refused(sqlite_settings, capsys
     bad.write_text("account_id,plan,timezone,active_from,active_until\nab,plus,UTC,1900-03-01,\n")
     code, _, err = _cli(capsys, sqlite_settings, "accounts", "load", str(bad))
     _one_line(code, err, "outside the supported range")
+    bad.write_bytes(
+        b"\xef\xbb\xbfaccount_id,plan,timezone,active_from,active_until\nab,plus,UTC,2026-03-01,\n"
+    )
+    assert (
+        _cli(capsys, sqlite_settings, "accounts", "load", str(bad))[0] == 0
+    )  # a spreadsheet's BOM is no column
+    bad.write_bytes(b"account_id,plan,timezone,active_from,active_until\na\xffb,plus,UTC,2026-03-01,\n")
+    code, _, err = _cli(capsys, sqlite_settings, "accounts", "load", str(bad))
+    _one_line(code, err, "not UTF-8")

@@ -191,13 +191,20 @@ def cases() -> list[Case]:
         Case("int_dictionary.parquet", "a Parquet file whose model column is a dictionary of integers",
              _parquet_int_dictionary(), {"wrong_schema": 1}),
         Case("uint64_duration.parquet", "a Parquet file with an unsigned 64-bit duration of 2^64-1",
-             _parquet_column("duration_ms", pa.array([4000, 2**64 - 1], pa.uint64())),
+             _parquet_column("duration_ms", pa.array([4000, 2**64 - 1], pa.uint64()), "u64d"),
              {"duration_out_of_range": 1}, clean=1),
         Case("naive_times.parquet", "a Parquet file whose event_time has no zone",
-             _parquet_column("event_time", pa.array([None, None], pa.timestamp("us")).fill_null(0)),
+             _parquet_column("event_time", pa.array([None, None], pa.timestamp("us")).fill_null(0), "naive"),
              {"naive_event_time": 2}),
+        Case("nanosecond_times.parquet", "a Parquet file with nanosecond timestamps (truncated to microseconds)",
+             _parquet_column("event_time", pa.array([_ns(DAY, 1), _ns(DAY, 2)], pa.timestamp("ns", tz="UTC")), "nanos"),
+             {}, clean=2),
+        Case("year_9999.parquet", "a Parquet timestamp in the year 9999",
+             _parquet_column("event_time", pa.array([_ns(DAY, 3) // 1000, 253402300799000000],
+                                                    pa.timestamp("us", tz="UTC")), "y9999"),
+             {"future_event": 1}, clean=1),
         Case("int_times.parquet", "a Parquet file whose event_time holds integers",
-             _parquet_column("event_time", pa.array([1, 2], pa.int64())), {"wrong_schema": 1}),
+             _parquet_column("event_time", pa.array([1, 2], pa.int64()), "intt"), {"wrong_schema": 1}),
         _jsonl("newline_in_event_id.jsonl", "an escaped newline inside event_id",
                [line(event("line\nbreak"))], {"control_character": 1}),
         Case("cloudevent_data_not_object.jsonl", "a CloudEvent whose data is a string, not an object",
@@ -216,9 +223,17 @@ def _parquet_uint64(big_value: int) -> bytes:
     return _parquet(table.set_column(table.schema.get_field_index("output_tokens"), "output_tokens", col))
 
 
-def _parquet_column(name: str, values: pa.Array) -> bytes:
-    table = pa.Table.from_pylist([event(f"{name}-good"), event(f"{name}-bad")])
+def _parquet_column(name: str, values: pa.Array, tag: str) -> bytes:
+    table = pa.Table.from_pylist([event(f"{tag}-1"), event(f"{tag}-2")])
     return _parquet(table.set_column(table.schema.get_field_index(name), name, values))
+
+
+def _ns(day: str, nanos: int) -> int:
+    """Nanoseconds since the epoch of 10:00 UTC on ``day``, plus ``nanos`` (not a whole microsecond)."""
+    import datetime as dt
+
+    start = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(10), tzinfo=dt.UTC)
+    return int(start.timestamp()) * 10**9 + 123_456_000 + nanos
 
 
 def _parquet_twice() -> bytes:
