@@ -24,7 +24,6 @@ from airflow.sdk import dag, task
 from pipelines.dag_common import (
     DEFAULT_ARGS,
     MONTH_CLOSED,
-    MONTH_GRACE_DAYS,
     START,
     TAGS,
     USAGE_DAY,
@@ -95,10 +94,13 @@ def usage_daily():
     def month_closed(_: list[str], ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
 
+        from pipelines.orchestration import month_grace_days
+
+        grace = month_grace_days()
         day = dt.date.fromisoformat(ds)
-        closed = day - dt.timedelta(days=MONTH_GRACE_DAYS)
+        closed = day - dt.timedelta(days=grace)
         if closed.month == (closed + dt.timedelta(days=1)).month:
-            raise AirflowSkipException(f"{ds} is not {MONTH_GRACE_DAYS} days after a month end")
+            raise AirflowSkipException(f"{ds} is not {grace} days after a month end")
         month = closed.strftime("%Y-%m")
         outlet_events[MONTH_CLOSED].extra = {"month": month}
         return month

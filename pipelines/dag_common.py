@@ -24,7 +24,6 @@ DEFAULT_ARGS = {
     "retry_exponential_backoff": True,
 }
 # Grace period after a month closes before it is invoiced: events may land late (lateness window).
-MONTH_GRACE_DAYS = 3
 
 USAGE_DAY = Asset(uri="usage-billing://warehouse/usage_daily", name="usage_daily")
 WEEK_COMPLETE = Asset(uri="usage-billing://warehouse/usage_week_complete", name="usage_week_complete")

@@ -4,8 +4,9 @@
     usage-billing invoices finalize --month 2026-03
     usage-billing invoices void --number INV-202603-000017 --reason "duplicate account"
 
-Each command is one transaction under a per-month lock (an advisory lock on PostgreSQL; SQLite
-serializes writers), so two drafters or finalizers of one month never interleave.
+Each command is one transaction under the month's step lock (``pipelines.locks``: a second run exits
+75 or waits ``USAGE_BILLING_LOCK_WAIT``), so two drafters or finalizers of one month never interleave.
+Only a closed month is drafted (unless ``open_month``) or finalized: ``open_reason`` says why not.
 
 - draft: replaces the month's drafts only. An account without a finalized document for the month
   gets an invoice; an account with one gets an adjustment document whose lines are the difference

@@ -21,6 +21,12 @@ def settings() -> Settings:
     return Settings.from_env()
 
 
+def month_grace_days() -> int:
+    """Landing days after a month's end when it closes for invoicing: its last UTC day can be the day
+    after the month (accounts west of UTC), plus the catalog's ``[invoicing] close_grace_days``."""
+    return 1 + settings().catalog.invoicing.close_grace_days
+
+
 def landing_ready(day: str) -> bool:
     """The landing folder of ``day`` exists and holds at least one file."""
     from pipelines import lake
