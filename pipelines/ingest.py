@@ -574,13 +574,20 @@ def _ingest(
     return result
 
 
+def committed_quarantine(lake_root: str, day: dt.date) -> pa.Table:
+    """The committed quarantine of landing date ``day`` (an empty table where there is none)."""
+    files = lake.list_files(lake.partition(lake_root, lake.QUARANTINE, day))
+    return (
+        pa.concat_tables([lake.read_parquet(f) for f in files]) if files else QUARANTINE_SCHEMA.empty_table()
+    )
+
+
 def _other_files_quarantine(lake_root: str, day: dt.date, units: list[ReadUnit]) -> pa.Table:
     """The landing date's quarantine rows of files this run did not read: a rerun with fewer files (a
     landing folder partly restored, another landing root by mistake) replaces only what it read."""
-    files = lake.list_files(lake.partition(lake_root, lake.QUARANTINE, day))
-    if not files:
+    old = committed_quarantine(lake_root, day)
+    if old.num_rows == 0:
         return QUARANTINE_SCHEMA.empty_table()
-    old = pa.concat_tables([lake.read_parquet(f) for f in files])
     read = pa.array(
         sorted({source_name(u.path) for u in units if u.landing_date == day.isoformat()}), pa.string()
     )

@@ -35,12 +35,6 @@ class Replay:
     kept: int = 0  # quarantine rows left as they were
 
 
-def quarantine_rows(lake_root: str, day: dt.date) -> pa.Table:
-    files = lake.list_files(lake.partition(lake_root, lake.QUARANTINE, day))
-    tables = [lake.read_parquet(f) for f in files]
-    return pa.concat_tables(tables) if tables else pa.table({})
-
-
 def _matches(reasons: pa.ChunkedArray, reason: str | None) -> pa.ChunkedArray:
     if reason is None:
         return pc.is_valid(reasons)
@@ -72,7 +66,7 @@ def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: 
     def prepare() -> dict[dt.date, pa.Table]:  # under the ingest lock
         for dead in lake.stages_of(settings.lake, STEP):
             lake.discard(dead)
-        rows = quarantine_rows(settings.lake, day)
+        rows = ingest.committed_quarantine(settings.lake, day)
         if rows.num_rows == 0:
             raise UsageBillingError(f"landing date {day} has no quarantined row to replay")
         matching = pc.fill_null(_matches(rows["reason"], reason), False)

@@ -125,6 +125,7 @@ def close_month(settings: Settings, month: str, scratch: Path) -> None:
 
     from billing.invoices import utc_span
     from pipelines import ingest, meter
+    from pipelines.jobs import contiguous
     from schemas.warehouse import Account, IngestRun
 
     engine = make_engine(settings.database_url)
@@ -141,14 +142,6 @@ def close_month(settings: Settings, month: str, scratch: Path) -> None:
     for day in missing:
         (empty / day.isoformat()).mkdir(parents=True, exist_ok=True)
     quiet = Settings(settings.config, settings.database_url, settings.lake, str(empty))
-    runs: list[list[dt.date]] = []
-    for (
-        day
-    ) in missing:  # contiguous ranges: an ingest of an already ingested date would replace its quarantine
-        if runs and (day - runs[-1][-1]).days == 1:
-            runs[-1].append(day)
-        else:
-            runs.append([day])
-    for run in runs:
+    for run in contiguous(missing):  # only the missing dates: the others keep what they hold
         ingest.run([*quiet.argv(), "--from", run[0].isoformat(), "--to", run[-1].isoformat()])
     meter.run([*settings.argv(), "--month", month])
