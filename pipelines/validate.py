@@ -231,28 +231,29 @@ _SPACE_LEADS = np.zeros(256, bool)  # first bytes a string of white space can st
 _SPACE_LEADS[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0xC2, 0xE1, 0xE2, 0xE3]] = True
 
 
+def _blank_values(c: pa.Array) -> pa.Array:
+    """Empty, or only white space (the exact check, per value)."""
+    return pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c))
+
+
 def _blank(col: pa.ChunkedArray) -> np.ndarray:
     """Present but empty, or only white space. A string whose first byte cannot begin white space is
     neither (nearly every id): only the others go through the Unicode check."""
     if col.type == DICTIONARY:
-        return _per_value(col, lambda c: pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c)))
+        return _per_value(col, _blank_values)
     parts = []
     for c in col.chunks if isinstance(col, pa.ChunkedArray) else [col]:
         if not pa.types.is_string(c.type) or c.buffers()[2] is None:
-            parts.append(_np_mask(pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c))))
+            parts.append(_np_mask(_blank_values(c)))
             continue
         offsets = np.frombuffer(c.buffers()[1], np.int32)[c.offset : c.offset + len(c) + 1]
         data = np.frombuffer(c.buffers()[2], np.uint8)
         starts, lengths = offsets[:-1], np.diff(offsets)
         first = data[np.minimum(starts, max(len(data) - 1, 0))] if len(data) else np.zeros(len(c), np.uint8)
-        suspect = (lengths == 0) | _SPACE_LEADS[first]
-        suspect &= ~_missing(c)
+        suspect = ((lengths == 0) | _SPACE_LEADS[first]) & ~_missing(c)
         if suspect.any():
             idx = np.flatnonzero(suspect)
-            verdict = pc.or_(
-                pc.equal(pc.binary_length(c.take(pa.array(idx))), 0), pc.utf8_is_space(c.take(pa.array(idx)))
-            )
-            suspect[idx] = _np_mask(verdict)
+            suspect[idx] = _np_mask(_blank_values(c.take(pa.array(idx))))
         parts.append(suspect)
     return np.concatenate(parts) if parts else np.zeros(0, bool)
 
@@ -288,10 +289,11 @@ def _unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
     rows (usually none): their rows are found by the pair's code, and only those rows' days are looked
     at. No loop over rows, and nearly no work on a chunk whose pairs were all priced by then."""
     n = raw.num_rows
-    lo = pc.min(times).as_py()
+    micros = pc.cast(times, pa.int64())  # as integers: a time past Python's year 9999 is still a number
+    lo = pc.min(micros).as_py()
     if lo is None:
         return np.zeros(n, bool)
-    earliest = (lo.date() - _EPOCH).days
+    earliest = lo // _DAY_US
     models, model_values = _codes(raw["model"])
     tiers, tier_values = _codes(raw["speed_tier"])
     first = {(m, t): (d - _EPOCH).days for m, t, d in rules.priced_from}
@@ -307,7 +309,7 @@ def _unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
     codes = models.astype(np.int64) * len(tier_values) + tiers
     present = ~_missing(raw["model"]) & ~_missing(raw["speed_tier"]) & ~_missing(times)
     out = np.zeros(n, bool)
-    us = pc.cast(times, pa.int64()).fill_null(0).to_numpy()
+    us = micros.fill_null(0).to_numpy()
     for code, day in suspect:
         rows = np.flatnonzero((codes == code) & present)
         if len(rows):
@@ -343,6 +345,15 @@ def _as(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
     return col.cast(typ)
 
 
+def _rows_as_json(rows: pa.Table) -> pa.Array:
+    """Quarantined Parquet rows as JSON lines (what a replay reads back). Times are written by Arrow
+    as ISO-8601 text first: a time past Python's year 9999 has no Python value, but it is still data."""
+    times = [i for i, f in enumerate(rows.schema) if pa.types.is_timestamp(f.type)]
+    for i in times:
+        rows = rows.set_column(i, rows.schema.field(i).name, pc.cast(rows.column(i), pa.string()))
+    return pa.array([json.dumps(r, default=str) for r in rows.to_pylist()], pa.string())
+
+
 def _quarantine(chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_file: str) -> pa.Table:  # type: ignore[no-untyped-def]
     idx = pa.array(np.flatnonzero(bad))
     rows = chunk.table.take(idx)
@@ -351,7 +362,7 @@ def _quarantine(chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_f
     reasons = pc.utf8_rtrim(reasons, characters=",")
     raw_text = chunk.raw_lines(rows[ROW_NUMBER])
     if raw_text is None:  # Parquet: the row itself, as JSON (only for quarantined rows)
-        raw_text = pa.array([json.dumps(r, default=str) for r in rows.drop_columns([ROW_NUMBER]).to_pylist()])
+        raw_text = _rows_as_json(rows.drop_columns([ROW_NUMBER]))
     n = len(rows)
     return pa.table(
         {
