@@ -2,7 +2,8 @@
 ### billing_monthly
 
 Runs when `usage_daily` publishes `usage_month_closed` (a month has ended and its grace period for
-late events has passed), or by hand with `{"month": "YYYY-MM"}`. Drafts the month's invoices, checks
+late events has passed), or by hand with `{"month": "YYYY-MM"}`. Meters again the month's days that
+an accounts load or a change of the catalog's plans made out of date, drafts the month's invoices, checks
 the reconciliation (tokens in usage_daily = metered = on documents; stops otherwise), finalizes them
 (gapless numbers), exports CSV and HTML, then re-drafts the earlier finalized months: late events
 that changed an account become adjustment documents, which are reconciled and finalized too.
@@ -45,6 +46,13 @@ def billing_monthly():
         return previous_month(logical_date.date())
 
     @task
+    def remeter(month: str) -> str:
+        from pipelines.orchestration import remeter_month
+
+        remeter_month(month)
+        return month
+
+    @task
     def draft(month: str) -> str:
         from pipelines.orchestration import draft_month
 
@@ -77,7 +85,7 @@ def billing_monthly():
 
         return adjust_months(months_to_adjust(month))
 
-    month = finalize(reconcile(draft(resolve_month())))
+    month = finalize(reconcile(draft(remeter(resolve_month()))))
     export(month)
     adjust_earlier_months(month)
 

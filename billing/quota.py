@@ -115,6 +115,62 @@ def period_end(start: np.ndarray, period: str) -> np.ndarray:
     return (start.astype("datetime64[M]") + 1).astype("datetime64[D]") - 1
 
 
+def day_period(day: dt.date, period: str) -> tuple[dt.date, dt.date]:
+    """(first, last) local date of the pool period holding ``day``."""
+    start = period_start(np.array([day], dtype="datetime64[D]"), period)
+    return start[0].item(), period_end(start, period)[0].item()
+
+
+class Coupling:
+    """How far back and forward pool balances reach, for one catalog.
+
+    A pool covers what the pools before it in draw order left of an event, so its balance depends on
+    theirs, and theirs on every event of their own periods. Periods that do not line up (a weekly pool
+    beside a monthly one) couple balances across period boundaries: the balance of March's monthly
+    pool depends on the week that holds March 1, which began in February; drawn the other way round,
+    the week of Feb 23 depends on February's month. Two pools couple only where a model is eligible
+    for both. Per plan and pool ``k`` in draw order, with ``s_k``/``e_k`` the start/end of ``k``'s period
+    holding a day:
+
+    - ``depends_from(d)``: E_k(d) = min(s_k(d), E_j(s_k(d)) for coupled j before k), the earliest day
+      whose events the balances in force on ``d`` depend on (a metering run must read from there);
+    - ``affects_until(d)``: G_k(d) = max(e_k(d), G_j(e_k(d)) for coupled j after k), the last day whose
+      balances an event of ``d`` can change (metered days up to there must be metered again with it).
+
+    Both are monotone in ``d``; they cost a few steps per pool, never a look at the events.
+    """
+
+    def __init__(self, catalog: Catalog) -> None:
+        models = catalog.model_ids
+        self.plans = []
+        for plan in catalog.plans:
+            pools = plan.pools_in_draw_order()
+            coupled = [
+                [
+                    j
+                    for j in range(len(pools))
+                    if j != k and any(pools[j].covers(m) and p.covers(m) for m in models)
+                ]
+                for k, p in enumerate(pools)
+            ]
+            self.plans.append(([p.period for p in pools], coupled))
+
+    def depends_from(self, day: dt.date) -> dt.date:
+        return min([day, *(self._reach(p, k, day, -1, {}) for p in self.plans for k in range(len(p[0])))])
+
+    def affects_until(self, day: dt.date) -> dt.date:
+        return max([day, *(self._reach(p, k, day, 1, {}) for p in self.plans for k in range(len(p[0])))])
+
+    def _reach(self, plan, k: int, day: dt.date, way: int, seen: dict) -> dt.date:  # type: ignore[no-untyped-def]
+        """E_k(day) (``way`` -1) or G_k(day) (``way`` 1) for one plan's (periods, coupled)."""
+        if (k, day) not in seen:
+            periods, coupled = plan
+            edge = day_period(day, periods[k])[0 if way < 0 else 1]
+            further = [self._reach(plan, j, edge, way, seen) for j in coupled[k] if (j - k) * way > 0]
+            seen[k, day] = min([edge, *further]) if way < 0 else max([edge, *further])
+        return seen[k, day]
+
+
 def split_pro_rata(total: np.ndarray, kinds: np.ndarray) -> np.ndarray:
     """Split ``total`` tokens of each row across its kinds (n x 3) pro rata, exactly.
 

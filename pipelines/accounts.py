@@ -18,11 +18,13 @@ from sqlalchemy import Engine, delete, insert
 
 from pipelines.errors import UsageBillingError
 from pipelines.locks import step_lock
+from pipelines.remeter import account_rows, queue_account_changes
 from pipelines.validate import MAX_ID_LENGTH
 from schemas.catalog import Catalog
 from schemas.limits import date_problem, id_problem
 from schemas.warehouse import Account
 
+ACCOUNTS_LOCK = "accounts load"  # the step lock of a load (metering reads the accounts under it too)
 COLUMNS = ("account_id", "plan", "timezone", "active_from", "active_until")
 
 
@@ -136,9 +138,12 @@ def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
     rows = parse_accounts(path, catalog)
     ids = sorted({r.account_id for r in rows})
     table = Account.__table__
-    with step_lock(engine, "accounts load"), engine.begin() as conn:
+    with step_lock(engine, ACCOUNTS_LOCK), engine.begin() as conn:
+        before = account_rows(conn, ids)
         for i in range(0, len(ids), 500):
             conn.execute(delete(table).where(table.c.account_id.in_(ids[i : i + 500])))
         if rows:
             conn.execute(insert(table), [r.__dict__ for r in rows])
+        # Metered days whose plan in force or timezone this load changed: metered again before a draft.
+        queue_account_changes(conn, before, rows, dt.datetime.now(dt.UTC))
     return len(rows)

@@ -188,6 +188,14 @@ def accounts_load(ctx: typer.Context, file: Path) -> None:
     require_schema(engine)
     n = load_accounts(engine, file, s.catalog)
     out.print(f"loaded {n} account rows from {file}")
+    from pipelines.remeter import stale_dates
+
+    stale = stale_dates(engine, s.catalog)
+    if stale:
+        out.print(
+            f"{len(stale)} metered day(s) ({stale[0]} .. {stale[-1]}) are out of date for these accounts or "
+            "the catalog's plans: the next run-day meters them again (or `usage-billing quota meter --stale`)"
+        )
 
 
 @events_app.command("generate")
@@ -387,11 +395,20 @@ def quota_meter(
     start: FromOpt = None,
     end: ToOpt = None,
     month: Annotated[str | None, typer.Option("--month", help="a whole month, YYYY-MM")] = None,
+    stale: Annotated[
+        bool,
+        typer.Option("--stale", help="every metered day an accounts load or a plan change made out of date"),
+    ] = False,
 ) -> None:
     """Meter account-local dates against the quota pools (Beam flags after --)."""
     from pipelines import meter
 
     s = _settings(ctx)
+    if stale:
+        if date or start or end or month:
+            raise UsageBillingError("give either --stale or dates, not both")
+        _meter_stale(s, ctx.args)
+        return
     argv = [*s.argv(), *_dates_argv(date, start, end), *(["--month", month] if month else []), *ctx.args]
     seconds: dict[str, float] = {}
     notes: list[str] = []
@@ -401,6 +418,23 @@ def quota_meter(
     for note in notes:
         out.print(note)
     out.print(f"Beam pipeline {seconds['pipeline']:.1f} s, warehouse load {seconds['load']:.1f} s")
+
+
+def _meter_stale(s, beam_args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    from pipelines.jobs import meter_runs
+    from pipelines.remeter import stale_dates
+    from pipelines.warehouse import make_engine, require_schema
+
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    days = stale_dates(engine, s.catalog)
+    engine.dispose()
+    if not days:
+        out.print("no metered day is out of date")
+        return
+    with _step(f"metering {len(days)} out-of-date day(s) again"):
+        runs = meter_runs(s, days, beam_args)
+    out.print(f"metered again: {', '.join(runs)}")
 
 
 @quota_app.command("show")

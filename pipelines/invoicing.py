@@ -58,6 +58,7 @@ from billing.pricing import MissingPriceError
 from pipelines import faults
 from pipelines.errors import UsageBillingError
 from pipelines.locks import step_lock
+from pipelines.remeter import out_of_date
 from pipelines.warehouse import insert_arrow, read_arrow
 from schemas.catalog import Catalog
 from schemas.limits import date_problem
@@ -107,7 +108,8 @@ def _utc(moment: dt.datetime) -> dt.datetime:
 def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date | None = None) -> str | None:
     """Why ``month`` is not closed yet (None when it is). A month is closed when every local day of it,
     in every account's timezone, was ingested, with ``[invoicing] close_grace_days`` more landing days
-    for late data, and metered after the last ingest that changed its UTC days. Landing dates before
+    for late data, and metered after the last ingest that changed its UTC days, under the accounts and
+    the catalog's plans as they are now (``pipelines.remeter``). Landing dates before
     the first one ever ingested held nothing: the platform had no events then."""
     today = today or dt.datetime.now(dt.UTC).date()
     first, last = month_bounds(month)
@@ -151,6 +153,12 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
         day = first + dt.timedelta(days=i)
         if day not in metered:
             return f"local day {day} is not metered: run `usage-billing quota meter --month {month}`"
+    stale = out_of_date(conn, catalog, first, last)
+    if stale:
+        return (
+            f"local day {stale[0].day} is out of date ({stale[0].why}; {len(stale)} day(s) of the month): "
+            f"run `usage-billing run-day --date ...` or `usage-billing quota meter --month {month}`"
+        )
     q = RecomputeQueue.__table__.c
     oldest = min(metered.values())
     changed = conn.execute(

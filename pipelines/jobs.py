@@ -9,11 +9,11 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 from sqlalchemy import Engine, delete, select
 
-from billing.quota import period_end, period_start
+from billing.quota import Coupling
 from pipelines import aggregate, ingest, meter
+from pipelines.remeter import stale_dates
 from pipelines.settings import Settings
 from schemas.catalog import Catalog
 
@@ -48,18 +48,44 @@ def meter_dates_for(utc_dates: list[dt.date], catalog: Catalog) -> list[dt.date]
     """Local dates to re-meter when these UTC dates changed.
 
     A UTC date's events fall on the local dates around it (UTC-12 .. UTC+14); an event changes the
-    balance of every later event of its pool period, so metering runs to the end of the longest
-    period containing those dates.
+    balances of every later event its pools reach, through coupled pools of other periods too, so
+    metering runs to ``Coupling.affects_until`` of those dates.
     """
-    periods = {pool.period for plan in catalog.plans for pool in plan.pools} or {"day"}
-    longest = "month" if "month" in periods else ("week" if "week" in periods else "day")
+    coupling = Coupling(catalog)
     local: set[dt.date] = set()
     for d in utc_dates:
         start = d - dt.timedelta(days=1)
-        last = d + dt.timedelta(days=1)
-        end = period_end(period_start(np.array([last], dtype="datetime64[D]"), longest), longest)[0].item()
+        end = coupling.affects_until(d + dt.timedelta(days=1))
         local.update(start + dt.timedelta(days=i) for i in range((end - start).days + 1))
     return sorted(local)
+
+
+def meter_runs(settings: Settings, dates: list[dt.date], beam_args: list[str] | None = None) -> list[str]:
+    """Meter ``dates`` in runs of consecutive days; per run its dates and what it started from."""
+    done = []
+    for run_dates in contiguous(dates):
+        notes: list[str] = []
+        meter.run([*settings.argv(), *date_args(run_dates), *(beam_args or [])], notes=notes)
+        done.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in notes))
+    return done
+
+
+def meter_changed(
+    settings: Settings, utc_dates: list[dt.date], beam_args: list[str] | None = None
+) -> list[str]:
+    """The meter step of ``run-day`` and the daily DAG: every local date the changed UTC dates reach
+    (``meter_dates_for``) and every metered day an accounts load or a change of the catalog's plans
+    made out of date (``pipelines.remeter``). Per metering run: its dates, what it started from."""
+    from pipelines.warehouse import make_engine
+
+    engine = make_engine(settings.database_url)
+    try:
+        stale = stale_dates(engine, settings.catalog)
+    finally:
+        engine.dispose()
+    return meter_runs(
+        settings, sorted(set(meter_dates_for(utc_dates, settings.catalog)) | set(stale)), beam_args
+    )
 
 
 def queued(engine: Engine) -> list[tuple[dt.date, str]]:
@@ -129,11 +155,7 @@ def ingest_and_aggregate(
     for run_dates in contiguous(runnable):
         aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
     step("meter")
-    metered = []
-    for run_dates in contiguous(meter_dates_for(runnable, settings.catalog)):
-        notes: list[str] = []
-        meter.run([*settings.argv(), *date_args(run_dates), *beam_args], notes=notes)
-        metered.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in notes))
+    metered = meter_changed(settings, runnable, beam_args)
     dequeue(engine, queue, runnable)
     engine.dispose()
     quality.require_passed(reports, settings.lake)

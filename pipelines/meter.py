@@ -3,11 +3,19 @@
     usage-billing quota meter --date 2026-03-02
     usage-billing quota meter --month 2026-03
 
-The dates are account-local days. A pool balance depends on every earlier event of its period, so
-the run reads from the earliest period start that the dates can touch (the month's first day or the
-first date's ISO week, whichever is earlier, minus a day for timezones) and allocates each account's
-events in order; events after the last date are left out, so the result for a date never depends
-on later data. Metering a period day by day or all at once therefore gives the same rows.
+The dates are account-local days. A pool balance depends on every earlier event of its period, and
+on the pools drawn before it, whose periods need not line up with its own (a weekly pool beside a
+monthly one): the run reads from the earliest day the balances of its first date depend on
+(``billing.quota.Coupling.depends_from``, minus a day for timezones), however far back that chain
+of periods goes, and allocates each account's events in order; events after the last date are left
+out, so the result for a date never depends on later data. Metering a period day by day or all at
+once therefore gives the same rows. The other way round, the dates' events reach forward to
+``Coupling.affects_until`` of the last date: days up to there that were metered already are metered
+again in the same run, so that no stored day or pool balance is left computed from other events.
+
+Each run checks its own result before loading it (``check_allocation``): every event's included and
+overage tokens add up to its tokens and to what its pools covered, every balance's used tokens are
+what was drawn from it, within its allowance. A failed check stops the run; nothing is loaded.
 
 Shape (runner-portable, like ingest): read row groups, attach plan and local day, spill by account
 shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
@@ -47,26 +55,29 @@ from billing.quota import (
     BALANCE_SCHEMA,
     TIMESTAMP,
     AccountIndex,
+    Allocation,
+    Coupling,
     allocate,
     attach_accounts,
     balances_at,
-    period_start,
 )
 from pipelines import lake
+from pipelines.accounts import ACCOUNTS_LOCK
 from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
 from pipelines.binding import require_lake, require_partitions
 from pipelines.dedup import HASH, runs, shard_segments, stable_hash
-from pipelines.errors import UsageBillingError
-from pipelines.locks import database_lock
+from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.locks import database_lock, lock_wait, step_lock
+from pipelines.remeter import plans_digest
 from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA, utc_date
-from schemas.warehouse import Account, BillableUsage, MeteredDate, MeteredDay, PoolUsage
+from schemas.warehouse import Account, BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
 
 ALLOCATIONS = "allocations"
 POOL_STATE = "pool_state"
 STATE_STAMP = "_stamp.json"
-STATE_VERSION = 1  # bump when the allocation rule changes: older states are then not used
+STATE_VERSION = 2  # bump when the allocation rule changes: older states are then not used
 STATE_DAYS = 8  # the last dates of a run whose balances are kept (see state_dates)
 SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
 COLUMNS = [
@@ -108,12 +119,23 @@ def meter_dates(opts: MeterOptions) -> list[dt.date]:
 
 
 def read_window(dates: list[dt.date], catalog: Catalog) -> tuple[dt.date, dt.date]:
-    """UTC dates to read: from the earliest start of a pool period (of the catalog's plans) holding the
-    first local date, to the last local date + 1 (local dates are UTC-12 .. UTC+14 of a UTC date)."""
-    first = np.array([dates[0]], dtype="datetime64[D]")
-    periods = {pool.period for plan in catalog.plans for pool in plan.pools} or {"day"}
-    earliest = min(period_start(first, p)[0].item() for p in periods)
+    """UTC dates to read: from the earliest local day the balances of the first date depend on (the
+    chain of coupled pool periods, ``Coupling.depends_from``), to the last local date + 1 (local
+    dates are UTC-12 .. UTC+14 of a UTC date)."""
+    earliest = Coupling(catalog).depends_from(dates[0])
     return earliest - dt.timedelta(days=1), dates[-1] + dt.timedelta(days=1)
+
+
+def dependent_days(engine, catalog: Catalog, last: dt.date) -> list[dt.date]:  # type: ignore[no-untyped-def]
+    """Days after ``last`` that were metered already and whose balances events up to ``last`` can
+    change (up to ``Coupling.affects_until``): a run of dates through ``last`` meters them again."""
+    until = Coupling(catalog).affects_until(last)
+    if until <= last:
+        return []
+    m = MeteredDate.__table__.c
+    with engine.connect() as conn:
+        days = conn.execute(select(m.local_day).where(m.local_day > last, m.local_day <= until)).scalars()
+        return sorted(d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in days)
 
 
 def shard_count(units: list[lake.Unit]) -> int:
@@ -209,6 +231,7 @@ class AllocateShard(beam.DoFn):
         state = pa.concat_tables(parts["state"]) if parts["state"] else None
         del parts
         result = allocate(events, self.catalog, state)
+        check_allocation(events, result, state)
         day = events["local_day"]
         in_range = pc.and_(
             pc.greater_equal(day, pa.scalar(self.first, pa.date32())),
@@ -258,6 +281,87 @@ class AllocateShard(beam.DoFn):
                 f"shard-{shard:04d}",
             )
         yield shard
+
+
+def check_allocation(events: pa.Table, result: Allocation, state: pa.Table | None) -> None:
+    """Raise DataQualityError unless the allocation adds up: each event's included + overage tokens
+    are its tokens (none negative) and its included tokens are what its pools covered; each balance's
+    used tokens are what the state it started from said plus what its events drew, within
+    0 .. allowance. Vectorized: a few sums and one join per shard."""
+    n = events.num_rows
+    kinds = np.stack(
+        [
+            pc.subtract(events["input_tokens"], events["cached_input_tokens"]).to_numpy(),
+            events["cached_input_tokens"].to_numpy(),
+            events["output_tokens"].to_numpy(),
+        ],
+        axis=1,
+    ).astype(np.int64)
+    if (result.included < 0).any() or (result.overage < 0).any():
+        raise _broken("an event got negative included or overage tokens")
+    if not np.array_equal(result.included + result.overage, kinds):
+        raise _broken("an event's included and overage tokens do not add up to its tokens")
+    draws = result.draws
+    idx = draws["event_index"].to_numpy()
+    drawn = np.zeros(n, np.int64)
+    np.add.at(drawn, idx, draws["tokens"].to_numpy())
+    if not np.array_equal(drawn, result.included.sum(axis=1)):
+        raise _broken("an event's included tokens differ from what its pools covered")
+    keys = ["account_id", "plan", "pool", "period_start"]
+    per_key = (
+        pa.table(
+            {
+                "account_id": events["account_id"].take(draws["event_index"]).cast(pa.string()),
+                "plan": draws["plan"],
+                "pool": draws["pool"],
+                "period_start": draws["period_start"].cast(pa.date32()),
+                "tokens": draws["tokens"],
+            }
+        )
+        .group_by(keys, use_threads=False)
+        .aggregate([("tokens", "sum")])
+    )
+    pools = result.pools.select([*keys, "used", "allowance"]).cast(
+        pa.schema(
+            [
+                ("account_id", pa.string()),
+                ("plan", pa.string()),
+                ("pool", pa.string()),
+                ("period_start", pa.date32()),
+                ("used", pa.int64()),
+                ("allowance", pa.int64()),
+            ]
+        )
+    )
+    used, allowance = pools["used"].to_numpy(), pools["allowance"].to_numpy()
+    if ((used < 0) | (used > allowance)).any():
+        raise _broken("a pool balance is below zero or above its allowance")
+    joined = pools.join(per_key, keys, join_type="full outer")
+    if state is not None and state.num_rows:
+        given = state.select([*keys, "used"]).rename_columns([*keys, "given"])
+        given = given.cast(pa.schema([*(pools.schema.field(k) for k in keys), ("given", pa.int64())]))
+        joined = joined.join(given, keys, join_type="left outer")
+    else:
+        joined = joined.append_column("given", pa.nulls(joined.num_rows, pa.int64()))
+    balance = pc.fill_null(joined["used"], -1).to_numpy()
+    expected = pc.add(pc.fill_null(joined["given"], 0), pc.fill_null(joined["tokens_sum"], 0)).to_numpy()
+    if not np.array_equal(balance, expected):
+        raise _broken("a pool period's used tokens differ from the included tokens drawn from it")
+
+
+def _check_totals(billable: pa.Table | None, days: pa.Table | None) -> None:
+    """The staged billable rows and the local x UTC day bridge hold the same tokens."""
+
+    def total(t: pa.Table | None, column: str) -> int:
+        return 0 if t is None else int(pc.sum(t[column]).as_py() or 0)
+
+    for column in ("included_tokens", "overage_tokens"):
+        if total(billable, column) != total(days, column):
+            raise _broken(f"billable_usage and metered_days disagree about {column}")
+
+
+def _broken(what: str) -> DataQualityError:
+    return DataQualityError(f"metering check failed: {what}; nothing was loaded (this is a bug: report it)")
 
 
 def _day_runs(rows: pa.Table) -> tuple[pa.Table, list[tuple[dt.date, tuple[int, int]]]]:
@@ -488,13 +592,21 @@ def run(
 def _run(
     options, opts: MeterOptions, seconds: dict[str, float], notes: list[str], dates: list[dt.date]
 ) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    first, last = dates[0], dates[-1]
-    started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
     require_lake(engine, opts.lake, "quota meter")
-    accounts = load_accounts_table(engine)
+    later = dependent_days(engine, catalog, dates[-1])
+    if later:  # metered already, and these dates' events reach them: metered again, in this run
+        dates = dates + [dates[-1] + dt.timedelta(days=i) for i in range(1, (later[-1] - dates[-1]).days + 1)]
+        notes.append(f"also metered {later[0]}..{later[-1]} again: their balances follow from these dates")
+        log.info("quota meter: %s", notes[-1])
+    first, last = dates[0], dates[-1]
+    # Under the accounts' lock, so that an accounts load is either in what this run reads or queues
+    # its days after this run started (meter_queue.queued_at > metered_at: still out of date).
+    with step_lock(engine, ACCOUNTS_LOCK, wait=max(lock_wait(), 60.0)):
+        started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
+        accounts = load_accounts_table(engine)
     stamps = StateStamps(opts.lake, catalog, accounts)
     # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
     # them stale rather than wrong.
@@ -537,6 +649,7 @@ def _run(
         billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
         if days is not None:
             days = sum_by(days, ["local_day", "utc_day"])
+        _check_totals(billable, days)
         with engine.begin() as conn:
             replace_rows(
                 conn,
@@ -550,8 +663,14 @@ def _run(
             )
             covered = MeteredDate.__table__
             conn.execute(delete(covered).where(covered.c.local_day.between(first, last)))
+            basis = plans_digest(catalog)
             conn.execute(
-                insert(covered), [{"local_day": d, "run_id": run_id, "metered_at": started} for d in dates]
+                insert(covered),
+                [{"local_day": d, "run_id": run_id, "metered_at": started, "basis": basis} for d in dates],
+            )
+            q = MeterQueue.__table__.c
+            conn.execute(
+                delete(MeterQueue.__table__).where(q.local_day.between(first, last), q.queued_at <= started)
             )
             pt = PoolUsage.__table__
             conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
@@ -596,14 +715,13 @@ class StateStamps:
 
     def __init__(self, lake_root: str, catalog: Catalog, accounts: pa.Table) -> None:
         self.lake_root, self.catalog = lake_root, catalog
-        plans = [plan.model_dump(mode="json") for plan in catalog.plans]
         ordered = accounts.sort_by([(c, "ascending") for c in accounts.column_names])
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, ordered.schema) as writer:
             writer.write_table(ordered)
         self.base = {
             "version": STATE_VERSION,
-            "plans": hashlib.sha256(json.dumps(plans, sort_keys=True).encode()).hexdigest(),
+            "plans": plans_digest(catalog),
             "accounts": hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest(),
         }
         self._days: dict[dt.date, str] = {}

@@ -86,15 +86,28 @@ def aggregate_dates(dates: list[str]) -> list[str]:
 
 
 def meter_dates(dates: list[str]) -> list[str]:
-    """Re-meter every local date the changed UTC dates can touch, to the end of their pool periods."""
-    from pipelines import meter
-    from pipelines.jobs import contiguous, date_args, meter_dates_for
+    """Re-meter every local date the changed UTC dates can touch, as far as their pools' balances
+    reach, and every metered day an accounts load or a change of the catalog's plans made out of date."""
+    from pipelines.jobs import meter_changed
+
+    return meter_changed(settings(), sorted(dt.date.fromisoformat(d) for d in dates))
+
+
+def remeter_month(month: str) -> list[str]:
+    """Before a draft: meter again the days of ``month`` that an accounts load or a change of the
+    catalog's plans made out of date (a draft refuses the month until then)."""
+    from pipelines.jobs import meter_runs
+    from pipelines.remeter import stale_dates
+    from pipelines.warehouse import make_engine
 
     s = settings()
-    local = meter_dates_for(sorted(dt.date.fromisoformat(d) for d in dates), s.catalog)
-    for run in contiguous(local):
-        meter.run([*s.argv(), *date_args(run)])
-    return [d.isoformat() for d in local]
+    engine = make_engine(s.database_url)
+    try:
+        stale = stale_dates(engine, s.catalog, month)
+    finally:
+        engine.dispose()
+    meter_runs(s, stale)
+    return [d.isoformat() for d in stale]
 
 
 def clear_queue(ingested: dict, _metered: list[str]) -> int:
@@ -183,6 +196,7 @@ def adjust_months(months: list[str]) -> list[dict]:
     their reconciliation, finalize the adjustments."""
     done = []
     for month in months:
+        remeter_month(month)
         drafted = draft_month(month)
         reconcile_month(month)
         done.append({**drafted, **finalize_month(month)})

@@ -279,6 +279,22 @@ class MeteredDate(Base):
     local_day: Mapped[dt.date] = mapped_column(primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64))
     metered_at: Mapped[dt.datetime] = mapped_column(comment="when the run started reading the lake")
+    basis: Mapped[str | None] = mapped_column(
+        String(64), comment="digest of the catalog's plans it was metered with (null: before migration 0012)"
+    )
+
+
+class MeterQueue(Base):
+    """Account-local dates whose metering is out of date for a reason other than an event: an
+    ``accounts load`` changed the plan or timezone of an account with usage on them. ``run-day``, the
+    DAGs and ``quota meter`` re-meter them; a row counts until a metering run of its day started after
+    ``queued_at``, and a month with such a day is not closed for invoicing."""
+
+    __tablename__ = "meter_queue"
+
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    queued_at: Mapped[dt.datetime]
+    reason: Mapped[str] = mapped_column(String(400))
 
 
 class Invoice(Base):
