@@ -47,7 +47,7 @@ def run_measured(
     import psutil
 
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     parent = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:

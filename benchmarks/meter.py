@@ -61,6 +61,9 @@ def _generate(root: Path, events: int) -> tuple[int, int]:
         pq.write_table(
             table.filter(pc.equal(day, d)), folder / "shard-0000.parquet", row_group_size=256 * 1024
         )
+    from pipelines import lake
+
+    lake.shard_count(str(root / "lake"))  # the lake's _lake.json (its id): a lake ingest would have made
     with open(root / "accounts.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(gen.accounts[0]))
         writer.writeheader()

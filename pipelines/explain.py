@@ -25,6 +25,7 @@ from pipelines.dedup import shard_of, stable_hash
 from pipelines.errors import UsageBillingError
 from pipelines.ingest import index_file, shard_file
 from pipelines.quota_view import as_utc, period_balance
+from pipelines.remeter import out_of_date
 from schemas.catalog import TOKEN_KINDS, Catalog
 from schemas.events import EVENT_SCHEMA
 from schemas.warehouse import MeteredDay
@@ -57,6 +58,7 @@ class Charge:
     rate_from: dt.date | None = None  # effective_from of the price in force (None: no price)
     per_million: dict[str, Decimal] = field(default_factory=dict)
     currency: str = ""
+    out_of_date: str = ""  # why its local day must be metered again (an accounts load, other plans)
 
     @property
     def amount(self) -> Decimal | None:
@@ -146,6 +148,8 @@ def explain_event(
     zone = pc.min(zones).as_py() if len(zones) else "UTC (unknown account)"
     kinds = token_kinds(event).to_pylist()[0]
     draws, stale = _draws(lake_root, event_id, local_day, event_file)
+    with engine.connect() as conn:
+        later = out_of_date(conn, catalog, local_day, local_day)
     covered = {p: int(t) for p, t in zip(draws["pool"].to_pylist(), draws["tokens"].to_pylist(), strict=True)}
     matrix = np.array([[kinds[k] for k in TOKEN_KINDS]], np.int64)
     included = split_pro_rata(np.array([sum(covered.values())], np.int64), matrix)[0]
@@ -155,7 +159,8 @@ def explain_event(
         timezone=zone,
         plan=plan_id,
         metered=_metered(engine, local_day, row["event_time"].date()),
-        stale=stale,
+        stale=stale or bool(later),
+        out_of_date=later[0].why if later else "",
         tokens=kinds,
         included=dict(zip(TOKEN_KINDS, included.tolist(), strict=True)),
         overage={k: kinds[k] - int(v) for k, v in zip(TOKEN_KINDS, included, strict=True)},
@@ -255,12 +260,15 @@ def render(charge: Charge) -> list[str]:
         f"  tokens: {_kinds(charge.tokens)} ({sum(charge.tokens.values()):,})",
     ]
     if not charge.metered or charge.stale:
-        why = (
-            f"not metered yet: {charge.local_day} (local) has not been metered"
-            if not charge.metered
-            else "not metered yet: its lake partition changed after the last metering of "
-            f"{charge.local_day} (a late event)"
-        )
+        if not charge.metered:
+            why = f"not metered yet: {charge.local_day} (local) has not been metered"
+        elif charge.out_of_date:
+            why = f"not metered yet: {charge.local_day} (local) is out of date ({charge.out_of_date})"
+        else:
+            why = (
+                "not metered yet: its lake partition changed after the last metering of "
+                f"{charge.local_day} (a late event)"
+            )
         lines.append(f"  {why}; run `usage-billing quota meter --date {charge.local_day}`")
         return lines
     if charge.plan is not None:

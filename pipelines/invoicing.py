@@ -153,12 +153,9 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
         day = first + dt.timedelta(days=i)
         if day not in metered:
             return f"local day {day} is not metered: run `usage-billing quota meter --month {month}`"
-    stale = out_of_date(conn, catalog, first, last)
+    stale = stale_reason(conn, catalog, month)
     if stale:
-        return (
-            f"local day {stale[0].day} is out of date ({stale[0].why}; {len(stale)} day(s) of the month): "
-            f"run `usage-billing run-day --date ...` or `usage-billing quota meter --month {month}`"
-        )
+        return stale
     q = RecomputeQueue.__table__.c
     oldest = min(metered.values())
     changed = conn.execute(
@@ -175,6 +172,19 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
                 f"`usage-billing quota meter --month {month}`"
             )
     return None
+
+
+def stale_reason(conn: Connection, catalog: Catalog, month: str) -> str | None:
+    """Why the month's metering does not match the accounts and the catalog's plans as they are now
+    (None when it does): drafts would take plan fees from one version and usage from another."""
+    first, last = month_bounds(month)
+    stale = out_of_date(conn, catalog, first, last)
+    if not stale:
+        return None
+    return (
+        f"local day {stale[0].day} is out of date ({stale[0].why}; {len(stale)} day(s) of the month): "
+        f"run `usage-billing run-day --date ...` or `usage-billing quota meter --stale`"
+    )
 
 
 def _date(value: object) -> dt.date:
@@ -206,6 +216,9 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         raise UsageBillingError(f"cannot draft {month}: it has not started yet (today is {now.date()})")
     with step_lock(engine, month_lock(month)), engine.begin() as conn:
         lock_month(conn, month)
+        stale = stale_reason(conn, catalog, month)
+        if stale:  # even for an open month's drafts: fees and usage must come from one version
+            raise UsageBillingError(f"cannot draft {month}: {stale}")
         still_open = open_reason(conn, catalog, month)
         if still_open and not open_month:
             raise UsageBillingError(

@@ -302,9 +302,24 @@ def test_a_monthly_pool_drawn_first_couples_the_week_of_february_23_to_february(
     assert _march_bill(world) == Decimal("11.00")
 
 
+def test_a_late_event_in_march_reaches_aprils_metered_days_through_the_week_that_straddles_them(tmp_path):
+    """Forward, the same coupling: a late event of Mar 30 uses the week of Mar 30 - Apr 5, so April's
+    events move to April's main pool: days up to April's end must be metered again, not the month of
+    the event only."""
+    world = World(tmp_path, _fast_and_main(-1, 5))
+    world.load_accounts([A1])
+    world.run_day(dt.date(2026, 4, 1), [_event(0, "2026-04-01T10:00", 500)])
+    world.run_day(dt.date(2026, 4, 2), [_event(1, "2026-04-02T10:00", 800)])
+    world.run_day(dt.date(2026, 4, 3), [_event(2, "2026-03-30T10:00", 500)])  # three days late
+    world.assert_exact()
+    april = {k: v for k, v in world.billable().items() if k[0].month == 4}
+    assert sum(v[0] for v in april.values()) == 1000 and sum(v[1] for v in april.values()) == 300
+
+
 def test_a_plan_change_loaded_after_its_days_were_metered_is_metered_again_before_a_draft(tmp_path):
     from pipelines import invoicing
     from pipelines.errors import UsageBillingError
+    from pipelines.explain import explain_event, render
 
     catalog = _fast_and_main(-1, 5)
     catalog["plans"].append({"id": "pro", "monthly_fee": "30.00", "pools": []})  # no allowance at all
@@ -327,10 +342,16 @@ def test_a_plan_change_loaded_after_its_days_were_metered_is_metered_again_befor
             conn, load_catalog(world.settings.config), "2026-03", dt.date(2026, 12, 1)
         )
     assert reason is not None and "out of date" in reason and "accounts load" in reason
-    with pytest.raises(UsageBillingError, match="out of date"):
-        invoicing.draft(world.engine, load_catalog(world.settings.config), "2026-03")
+    for open_month in (False, True):  # not even drafts of an open month mix the two versions
+        with pytest.raises(UsageBillingError, match="out of date"):
+            invoicing.draft(world.engine, load_catalog(world.settings.config), "2026-03", open_month)
+    charge = explain_event(world.engine, world.settings.lake, load_catalog(world.settings.config), "e2")
+    assert charge.stale and "accounts load" in charge.out_of_date  # no numbers from the old plan's metering
+    assert "is out of date (an accounts load" in " ".join(render(charge))
     world.run_day(dt.date(2026, 4, 3), [_event(9, "2026-04-03T10:00", 10)])  # the next run-day meters them
     world.assert_exact()
+    charge = explain_event(world.engine, world.settings.lake, load_catalog(world.settings.config), "e2")
+    assert not charge.stale and charge.plan == "pro" and sum(charge.overage.values()) == 2000
     fees = Decimal("10.00") * 2 / 31 + Decimal("30.00") * 29 / 31
     usage = usage_amount(world.catalog, world.expected(), "a1", "2026-03")
     assert usage == Decimal("2.00")  # Mar 1 from main; Mar 4 on pro: 2000 tokens at the rate card
