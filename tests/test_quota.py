@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from billing.quota import allocate, balances_at, local_dates, period_start, split_pro_rata
 from schemas.catalog import parse_catalog
+from tests.reference_billing import period_of, split
 
 CATALOG = parse_catalog(
     {
@@ -67,27 +67,6 @@ CATALOG = parse_catalog(
 KINDS = ("input", "cached_input", "output")
 
 
-def _py_period(day: dt.date, period: str) -> dt.date:
-    if period == "day":
-        return day
-    if period == "week":
-        return day - dt.timedelta(days=day.weekday())
-    return day.replace(day=1)
-
-
-def _py_split(total: int, kinds: list[int]) -> list[int]:
-    weight = sum(kinds)
-    if weight == 0:
-        return [0, 0, 0]
-    shares = [Fraction(total * k, weight) for k in kinds]
-    base = [int(s) for s in shares]
-    left = total - sum(base)
-    by_remainder = sorted(range(3), key=lambda i: (-(shares[i] - base[i]), i))
-    for i in by_remainder[:left]:
-        base[i] += 1
-    return base
-
-
 def reference(events: list[dict], catalog=CATALOG):  # type: ignore[no-untyped-def]
     """The billing rule, one event at a time."""
     balances: dict[tuple, int] = {}
@@ -99,11 +78,11 @@ def reference(events: list[dict], catalog=CATALOG):  # type: ignore[no-untyped-d
             for pool in catalog.plan(e["plan"]).pools_in_draw_order():
                 if not pool.covers(e["model"]):
                     continue
-                key = (e["account_id"], e["plan"], pool.id, _py_period(e["local_day"], pool.period))
+                key = (e["account_id"], e["plan"], pool.id, period_of(e["local_day"], pool.period))
                 take = min(left, pool.allowance_tokens - balances.get(key, 0))
                 balances[key] = balances.get(key, 0) + take
                 left -= take
-        inc = _py_split(sum(kinds) - left, kinds)
+        inc = split(sum(kinds) - left, kinds)
         included[e["event_id"]] = inc
         overage[e["event_id"]] = [k - i for k, i in zip(kinds, inc, strict=True)]
     return included, overage, balances
@@ -236,7 +215,7 @@ def test_split_is_exact_and_prefers_largest_remainders_then_kind_order():
     got = split_pro_rata(np.array([10, 7, 0, 5]), np.array([[1, 1, 1], [10, 5, 5], [3, 3, 3], [0, 0, 0]]))
     assert got.tolist() == [[4, 3, 3], [3, 2, 2], [0, 0, 0], [0, 0, 0]]  # 7 x (10,5,5)/20 = 3.5, 1.75, 1.75
     for total, kinds in ((1, [1, 1, 1]), (2, [1, 1, 1]), (5, [7, 0, 3]), (9, [4, 4, 1])):
-        assert split_pro_rata(np.array([total]), np.array([kinds]))[0].tolist() == _py_split(total, kinds)
+        assert split_pro_rata(np.array([total]), np.array([kinds]))[0].tolist() == split(total, kinds)
 
 
 def _ev(i, t, account="x", model="m1", inp=100, cached=0, out=0, plan="a", day=None):  # type: ignore[no-untyped-def]
@@ -643,4 +622,4 @@ def test_split_equals_the_reference_row_by_row(rows):
     kinds = np.array([r[:3] for r in rows], dtype=np.int64)
     total = np.array([r[3] * sum(r[:3]) // 100 for r in rows], dtype=np.int64)  # never above demand
     got = split_pro_rata(total, kinds)
-    assert got.tolist() == [_py_split(int(t), k.tolist()) for t, k in zip(total, kinds, strict=True)]
+    assert got.tolist() == [split(int(t), k.tolist()) for t, k in zip(total, kinds, strict=True)]
