@@ -45,6 +45,9 @@ class Result:
     # (event_id, plan, pool, period_start) -> tokens covered
     draws: dict[tuple, int] = field(default_factory=dict)
     local_day: dict[str, dt.date] = field(default_factory=dict)  # event_id -> its local day
+    # (account, local month, model, tier, kind, unit price per 1M) -> overage tokens: each event at the
+    # price in force on its UTC day
+    priced: dict[tuple, int] = field(default_factory=dict)
 
 
 def bill(catalog: dict, accounts: list[dict], events: list[dict]) -> Result:
@@ -83,30 +86,40 @@ def bill(catalog: dict, accounts: list[dict], events: list[dict]) -> Result:
                     out.draws[(e["event_id"], plan, pool["id"], key[3])] = take
                 left -= take
         included = split(sum(kinds) - left, kinds)
+        utc_day = e["event_time"].astimezone(dt.UTC).date()
+        in_force = [
+            p
+            for p in catalog.get("prices", [])
+            if p["model"] == e["model"] and p["tier"] == e["speed_tier"] and p["effective_from"] <= utc_day
+        ]
+        price = max(in_force, key=lambda p: p["effective_from"]) if in_force else None
         for kind, tokens, inc in zip(KINDS, kinds, included, strict=True):
             line = out.billable.setdefault((day, e["account_id"], e["model"], e["speed_tier"], kind), [0, 0])
             line[0] += inc
             line[1] += tokens - inc
+            if tokens - inc and price is not None:
+                key = (
+                    e["account_id"],
+                    day.strftime("%Y-%m"),
+                    e["model"],
+                    e["speed_tier"],
+                    kind,
+                    Decimal(price[kind]),
+                )
+                out.priced[key] = out.priced.get(key, 0) + tokens - inc
     out.pools = {k: v for k, v in balances.items() if v}
     out.billable = {k: v for k, v in out.billable.items() if v != [0, 0]}
     return out
 
 
 def usage_amount(catalog: dict, result: Result, account: str, month: str) -> Decimal:
-    """What the account owes for overage in ``month`` (local days), one rounded line per model, tier
-    and kind at the newest price in force (all prices of these tests start before the events)."""
-    lines: dict[tuple, int] = {}
-    for (day, acc, model, tier, kind), (_, over) in result.billable.items():
-        if acc == account and day.strftime("%Y-%m") == month:
-            lines[(model, tier, kind)] = lines.get((model, tier, kind), 0) + over
+    """What the account owes for overage in ``month`` (local days): one line per model, tier, kind and
+    unit price (each event at the price in force on its UTC day), each rounded half-up to cents."""
     total = Decimal("0.00")
-    for (model, tier, kind), quantity in lines.items():
-        price = max(
-            (p for p in catalog["prices"] if p["model"] == model and p["tier"] == tier),
-            key=lambda p: p["effective_from"],
-        )
-        amount = Decimal(quantity) * Decimal(price[kind]) / Decimal(1_000_000)
-        total += amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    for (acc, m, _model, _tier, _kind, unit), quantity in result.priced.items():
+        if acc == account and m == month:
+            amount = Decimal(quantity) * unit / Decimal(1_000_000)
+            total += amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
     return total
 
 

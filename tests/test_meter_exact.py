@@ -69,7 +69,8 @@ def catalog_toml(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def base_catalog(plans: list[dict]) -> dict:
+def base_catalog(plans: list[dict], price_changes: list[tuple] = ()) -> dict:  # type: ignore[assignment]
+    """The models and a price for each from 2025; ``price_changes``: (model, tier, from, prices) more."""
     return {
         "currency": "USD",
         "models": [{"id": m, "launched": dt.date(2025, 1, 1)} for m in MODELS],
@@ -77,7 +78,8 @@ def base_catalog(plans: list[dict]) -> dict:
             {"model": m, "tier": t, "effective_from": dt.date(2025, 1, 1), **PRICES}
             for m in MODELS
             for t in TIERS
-        ],
+        ]
+        + [{"model": m, "tier": t, "effective_from": d, **p} for m, t, d, p in price_changes],
         "plans": plans,
     }
 
@@ -462,6 +464,17 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
         for i in range(draw(st.integers(1, 2)))
     ]
     ids = [p["id"] for p in plans]
+    # Prices that change during the span (a UTC day): events of one local day can straddle them.
+    changes = [
+        (
+            draw(st.sampled_from(MODELS)),
+            draw(st.sampled_from(TIERS)),
+            anchor + dt.timedelta(days=draw(st.integers(0, SPAN_DAYS))),
+            {k: draw(st.sampled_from(["700.00", "1000.00", "1234.567891"])) for k in PRICES},
+        )
+        for _ in range(draw(st.integers(0, 2)))
+    ]
+    changes = list({(m, t, d): (m, t, d, p) for m, t, d, p in changes}.values())
     names = [f"a{i}" for i in range(draw(st.integers(1, 4)))]
     accounts = [r for a in names for r in draw(account_rows(a, anchor, ids))]
     events, landing = [], {}
@@ -494,8 +507,8 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
         changed = json.loads(json.dumps(plans))
         pool = draw(st.sampled_from([p for plan in changed for p in plan["pools"]]))
         pool["allowance_tokens"] = draw(st.sampled_from([200, 800, 4000]))
-        new_plans = (draw(st.integers(1, n_landings)), base_catalog(changed))
-    return Scenario(base_catalog(plans), accounts, events, landing, reload, new_plans)
+        new_plans = (draw(st.integers(1, n_landings)), base_catalog(changed, changes))
+    return Scenario(base_catalog(plans, changes), accounts, events, landing, reload, new_plans)
 
 
 def play(scenario: Scenario, root: Path) -> World:
