@@ -150,7 +150,13 @@ def queue_account_changes(conn: Connection, old: list, new: list, now: dt.dateti
     ids = sorted(spans)
     for i in range(0, len(ids), CHUNK):
         chunk = ids[i : i + CHUNK]
-        rows = conn.execute(select(b.account_id, b.local_day).distinct().where(b.account_id.in_(chunk)))
+        # Only the days the chunk's changes can touch: billable_usage is stored by local day first.
+        lo = max(dt.date(1, 1, 3), min(spans[a][0] for a in chunk)) - dt.timedelta(days=TIMEZONE_REACH)
+        ends = [spans[a][1] for a in chunk]
+        where = [b.account_id.in_(chunk), b.local_day >= lo]
+        if None not in ends:
+            where.append(b.local_day <= max(ends) + dt.timedelta(days=TIMEZONE_REACH))  # type: ignore[type-var,operator]
+        rows = conn.execute(select(b.account_id, b.local_day).distinct().where(*where))
         for account, day in rows:
             day = _date(day)
             lo, hi, moved = spans[account]

@@ -691,3 +691,32 @@ def test_quota_meter_stale_on_the_command_line(tmp_path, capsys):
     assert main([*flags, "quota", "meter", "--stale", "--date", "2026-02-27"]) == 2
     world.accounts["a1"] = [{**A1, "plan": None}]
     world.assert_exact()
+
+
+def test_the_monthly_dag_meters_the_months_out_of_date_days_before_its_draft(tmp_path, monkeypatch):
+    from pipelines import orchestration
+
+    world = World(tmp_path, _fast_and_main(-1, 5))
+    world.load_accounts([A1])
+    for i, (when, tokens) in enumerate(THREE):
+        world.run_day(dt.date.fromisoformat(when[:10]), [_event(i, when, tokens)])
+    close_month(world.settings, "2026-03", tmp_path)
+    world.load_accounts([{**A1, "plan": None}])  # pay as you go: every token at the rate card
+    s = world.settings
+    for name, value in [
+        ("CONFIG", s.config),
+        ("DATABASE_URL", s.database_url),
+        ("LAKE", s.lake),
+        ("LANDING", s.landing),
+    ]:
+        monkeypatch.setenv(f"USAGE_BILLING_{name}", value)
+    assert jobs.stale_dates(world.engine, load_catalog(s.config)) == [
+        dt.date(2026, 2, 27),
+        dt.date(2026, 3, 1),
+        dt.date(2026, 3, 4),
+    ]  # the days with usage
+    assert orchestration.remeter_month("2026-03") == ["2026-03-01", "2026-03-04"]
+    assert jobs.stale_dates(world.engine, load_catalog(s.config)) == [dt.date(2026, 2, 27)]  # not its month
+    assert orchestration.draft_month("2026-03")["total"] == "2.50"  # 500 + 2000 tokens at the rate card
+    assert orchestration.remeter_month("2026-02") == ["2026-02-27"]
+    world.assert_exact()
