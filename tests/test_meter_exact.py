@@ -123,17 +123,18 @@ class World:
         path.write_text("\n".join(text) + "\n")
         load_accounts(self.engine, path, load_catalog(self.settings.config))
 
-    def run_day(self, landing: dt.date, events: list[dict]) -> None:
-        """Land the events, ingest the landing date, meter what run-day meters (the gate and the
-        aggregation change nothing the meter reads)."""
+    def run_day(self, landing: dt.date, events: list[dict], resent: list[dict] = ()) -> None:  # type: ignore[assignment]
+        """Land the events (and ``resent``: identical copies of events landed before), ingest the
+        landing date, meter what run-day meters (the gate and the aggregation change nothing the
+        meter reads)."""
         folder = self.root / "landing" / landing.isoformat()
         folder.mkdir()
         with (folder / "events.jsonl").open("w") as f:
-            for e in events:
+            for e in [*events, *resent]:
                 f.write(json.dumps({**e, "event_time": e["event_time"].isoformat()}) + "\n")
         self.events += events
         result = ingest.run([*self.settings.argv(), "--date", landing.isoformat()])
-        assert result.total("clean") == len(events)
+        assert (result.total("clean"), result.total("duplicates")) == (len(events), len(resent))
         todo, queue = jobs.with_queued(self.engine, [landing, *result.changed_dates])
         jobs.meter_changed(self.settings, todo)
         jobs.dequeue(self.engine, queue, todo)
@@ -387,9 +388,10 @@ class Scenario:
     landing: dict[str, dt.date]  # event_id -> landing date
     reload: tuple[int, list[dict]] | None  # (before which landing date, by index; rows)
     new_plans: tuple[int, dict] | None  # (before which landing date; the catalog)
+    resend: dict[str, dt.date] = field(default_factory=dict)  # event_id -> a later landing date
 
     def landings(self) -> list[dt.date]:
-        return sorted(set(self.landing.values()))
+        return sorted(set(self.landing.values()) | set(self.resend.values()))
 
 
 SECONDS = st.one_of(
@@ -496,7 +498,14 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
         }
         events.append(e)
         landing[e["event_id"]] = day + dt.timedelta(days=draw(st.sampled_from([0, 0, 0, 0, 1, 8])))
-    n_landings = len(set(landing.values()))
+    # Some events are sent again, identical, on a landing date after their first (dedup drops them).
+    resend = {
+        e["event_id"]: landing[e["event_id"]] + dt.timedelta(days=draw(st.sampled_from([0, 1, 2])))
+        for e in events
+        if draw(st.integers(0, 9)) == 0
+    }
+    resend = {k: d for k, d in resend.items() if d > landing[k]}
+    n_landings = len(set(landing.values()) | set(resend.values()))
     reload = None
     if draw(st.booleans()):
         account = draw(st.sampled_from(names))
@@ -508,7 +517,7 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
         pool = draw(st.sampled_from([p for plan in changed for p in plan["pools"]]))
         pool["allowance_tokens"] = draw(st.sampled_from([200, 800, 4000]))
         new_plans = (draw(st.integers(1, n_landings)), base_catalog(changed, changes))
-    return Scenario(base_catalog(plans, changes), accounts, events, landing, reload, new_plans)
+    return Scenario(base_catalog(plans, changes), accounts, events, landing, reload, new_plans, resend)
 
 
 def play(scenario: Scenario, root: Path) -> World:
@@ -519,7 +528,11 @@ def play(scenario: Scenario, root: Path) -> World:
             world.load_accounts(scenario.reload[1])
         if scenario.new_plans and scenario.new_plans[0] == i:
             world.set_catalog(scenario.new_plans[1])
-        world.run_day(day, [e for e in scenario.events if scenario.landing[e["event_id"]] == day])
+        world.run_day(
+            day,
+            [e for e in scenario.events if scenario.landing[e["event_id"]] == day],
+            [e for e in scenario.events if scenario.resend.get(e["event_id"]) == day],
+        )
     if scenario.reload and scenario.reload[0] >= len(scenario.landings()):
         world.load_accounts(scenario.reload[1])
     if scenario.new_plans and scenario.new_plans[0] >= len(scenario.landings()):
