@@ -709,8 +709,8 @@ def _commit_days(lake_root: str, stage: str, run_id: str, dates: list[dt.date], 
 
 class StateStamps:
     """What the balances at the end of a local day were computed from: the allocation rule's version,
-    the catalog's plans, the accounts, and the event files of the UTC days that can hold events of
-    the pool periods going on the next day. Equal stamps: the state is still right."""
+    the catalog's plans, the accounts, and the event files of the UTC days the balances going on the
+    next day depend on (``read_window``). Equal stamps: the state is still right."""
 
     def __init__(self, lake_root: str, catalog: Catalog, accounts: pa.Table) -> None:
         self.lake_root, self.catalog = lake_root, catalog
@@ -735,8 +735,8 @@ class StateStamps:
         return self._days[day]
 
     def of(self, day: dt.date) -> dict:
-        # UTC days from the earliest start of a period holding the next day (minus a day for zones
-        # east of UTC) to the next day (local ``day`` ends there west of UTC); no later one.
+        # UTC days from the earliest day the next day's balances depend on (coupled periods included,
+        # minus a day for zones east of UTC) to the next day (local ``day`` ends there west of UTC).
         lo, hi = read_window([day + dt.timedelta(days=1)], self.catalog)[0], day + dt.timedelta(days=1)
         events = [self._files(lo + dt.timedelta(days=i)) for i in range((hi - lo).days + 1)]
         return {
