@@ -481,6 +481,19 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
     accounts = [r for a in names for r in draw(account_rows(a, anchor, ids))]
     events, landing = [], {}
     offsets = draw(st.lists(st.integers(0, SPAN_DAYS), min_size=2, max_size=7, unique=True))
+    if draw(st.booleans()):
+        # Where coupled periods bite: days of the ISO week that holds a month's first day, before and
+        # on it, then one after a gap (so that its run finds no stored balance of the day before).
+        first = (anchor.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+        monday = first - dt.timedelta(days=first.weekday())
+        before = [(monday - anchor).days + k for k in range((first - monday).days)] or [
+            (first - anchor).days - 1
+        ]
+        offsets = [
+            draw(st.sampled_from(before)),
+            (first - anchor).days + draw(st.integers(0, 1)),
+            (first - anchor).days + draw(st.integers(3, 9)),
+        ]
     for i in range(draw(st.integers(2, 40))):
         day = anchor + dt.timedelta(days=draw(st.sampled_from(offsets)))
         when = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC) + dt.timedelta(seconds=draw(SECONDS))
