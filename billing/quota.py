@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from billing.calendar import EPOCH, day_period, period_end, period_start
 from schemas.catalog import Catalog
 
-EPOCH = np.datetime64("1970-01-01", "D")
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
@@ -93,32 +93,6 @@ def _local_dates_per_event(times: pa.Array, zones: pa.Array) -> np.ndarray:
             pc.cast(local, pa.date32()).to_numpy(zero_copy_only=False).astype("datetime64[D]")
         )
     return out
-
-
-def period_start(day: np.ndarray, period: str) -> np.ndarray:
-    """Start of the pool period holding each local date: the day, its ISO week's Monday, its month."""
-    if period == "day":
-        return day
-    if period == "week":
-        return day - ((day - EPOCH).astype(np.int64) + 3) % 7  # 1970-01-01 was a Thursday
-    if period == "month":
-        return day.astype("datetime64[M]").astype("datetime64[D]")
-    raise ValueError(f"unknown period {period!r}")
-
-
-def period_end(start: np.ndarray, period: str) -> np.ndarray:
-    """Last local date of each period (inclusive)."""
-    if period == "day":
-        return start
-    if period == "week":
-        return start + 6
-    return (start.astype("datetime64[M]") + 1).astype("datetime64[D]") - 1
-
-
-def day_period(day: dt.date, period: str) -> tuple[dt.date, dt.date]:
-    """(first, last) local date of the pool period holding ``day``."""
-    start = period_start(np.array([day], dtype="datetime64[D]"), period)
-    return start[0].item(), period_end(start, period)[0].item()
 
 
 class Coupling:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, delete, select
 
+from billing.calendar import monday, period_start
 from pipelines.warehouse import insert_arrow, read_arrow
 from schemas.catalog import AdoptionConfig
 from schemas.warehouse import DqAcceptance, DqResult, ModelMigration, ModelWeekly, UsageDaily
@@ -41,18 +42,17 @@ USAGE_SCHEMA = pa.schema(
         ("output_tokens", pa.int64()),
     ]
 )
-EPOCH = np.datetime64("1970-01-01", "D")
 
 
 def week_start(days: pa.Array | pa.ChunkedArray) -> pa.Array:
     d = pc.cast(days, pa.date32()).to_numpy(zero_copy_only=False).astype("datetime64[D]")
-    return pa.array(d - ((d - EPOCH).astype(np.int64) + 3) % 7)  # 1970-01-01 was a Thursday
+    return pa.array(period_start(d, "week"))
 
 
 def complete_weeks(days: pa.Array | pa.ChunkedArray, as_of: dt.date) -> list[dt.date]:
     """Mondays of the weeks whose 7 days all have data and end on or before ``as_of``."""
     present = {d for d in pc.unique(days).to_pylist() if d <= as_of}
-    mondays = {d - dt.timedelta(days=d.weekday()) for d in present}
+    mondays = {monday(d) for d in present}
     return sorted(m for m in mondays if all(m + dt.timedelta(days=i) in present for i in range(7)))
 
 
@@ -262,7 +262,7 @@ def refresh(
     usage = load_usage(engine, first, as_of)
     weeks = complete_weeks(usage["day"], as_of)
     bad = failed_days(engine)
-    dq_weeks = {d - dt.timedelta(days=d.weekday()) for d in bad}
+    dq_weeks = {monday(d) for d in bad}
     weekly = weekly_metrics(usage, weeks, cfg, dq_weeks)
     moves = migrations(usage, weeks)
     report_weeks = weeks[1:] if len(weeks) > 1 else weeks  # the first has no week before it

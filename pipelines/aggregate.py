@@ -19,6 +19,7 @@ import apache_beam as beam
 import pyarrow as pa
 from sqlalchemy import Connection, delete, distinct, func, insert, literal, select
 
+from billing.calendar import monday
 from pipelines import lake
 from pipelines.beam_options import CommonOptions, date_range, pipeline_options, run_pipeline
 from pipelines.binding import require_lake, require_partitions
@@ -130,13 +131,13 @@ def refresh_weekly_accounts(conn: Connection, dates: list[dt.date]) -> None:
     latest = conn.execute(select(func.max(t.c.day))).scalar_one()
     if latest is None:
         return
-    weeks = sorted({d - dt.timedelta(days=d.weekday()) for d in dates})
+    weeks = sorted({monday(d) for d in dates})
     weekly = ModelWeeklyAccounts.__table__
-    for monday in weeks:
-        sunday = monday + dt.timedelta(days=6)
+    for week in weeks:
+        sunday = week + dt.timedelta(days=6)
         if sunday > latest:
             continue
-        in_week = t.c.day.between(monday, sunday)
+        in_week = t.c.day.between(week, sunday)
         per_tier = (
             select(t.c.model, t.c.speed_tier, func.count(distinct(t.c.account_id)))
             .where(in_week)
@@ -148,11 +149,11 @@ def refresh_weekly_accounts(conn: Connection, dates: list[dt.date]) -> None:
             .group_by(t.c.model)
         )
         rows = [
-            {"week_start": monday, "model": m, "speed_tier": tier, "active_accounts": n}
+            {"week_start": week, "model": m, "speed_tier": tier, "active_accounts": n}
             for stmt in (per_tier, all_tiers)
             for m, tier, n in conn.execute(stmt)
         ]
-        conn.execute(delete(weekly).where(weekly.c.week_start == monday))
+        conn.execute(delete(weekly).where(weekly.c.week_start == week))
         if rows:
             conn.execute(insert(weekly), rows)
 

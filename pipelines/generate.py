@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from billing.calendar import weekday
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA, SPEED_TIERS
 from schemas.limits import LATEST_DATE
@@ -177,11 +178,11 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
     activity = rng.lognormal(0.0, 1.0, n_acc) * np.array([ACTIVITY[plan_names[i]] for i in plan_idx])
 
     # -- ordinary models: requests per (account, day) -------------------------------------------
-    dow = (days.astype(np.int64) + 3) % 7  # 0 = Monday
-    weekday = np.where(dow < 5, 1.0, np.where(dow == 5, 0.55, 0.5))
+    dow = weekday(days.astype("datetime64[D]"))  # 0 = Monday
+    day_weight = np.where(dow < 5, 1.0, np.where(dow == 5, 0.55, 0.5))
     growth = 1.0 + 0.25 * np.arange(n_days) / max(n_days - 1, 1)
     active = (np.arange(n_days)[None, :] >= joined[:, None]) & (np.arange(n_days)[None, :] < leaves[:, None])
-    rate = activity[:, None] * (weekday * growth)[None, :] * active
+    rate = activity[:, None] * (day_weight * growth)[None, :] * active
     pool_models = _pool_models(catalog)
     ordinary = [m for m in catalog.model_ids if m not in pool_models]
     rate *= cfg.events_per_day * n_days * 0.9 / max(rate.sum(), 1e-9)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection, Engine, and_, select
 
-from billing.quota import period_end, period_start
+from billing.calendar import period_end, period_start
 from pipelines.errors import UsageBillingError
 from schemas.catalog import Catalog, Pool
 from schemas.events import LAKE_SCHEMA
