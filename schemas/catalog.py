@@ -70,7 +70,7 @@ class Price(_Strict):
     """USD (or the catalog currency) per 1M tokens, by token kind."""
 
     model: str
-    tier: Literal["standard", "priority", "ultrafast"]
+    tier: Literal[SPEED_TIERS]  # type: ignore[valid-type]  # the tiers of the event schema, one list
     effective_from: dt.date
     input: Money
     cached_input: Money
