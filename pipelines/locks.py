@@ -32,6 +32,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from pipelines.errors import UsageBillingError
+from pipelines.settings import lock_wait
 
 APPLICATION_NAME = "usage-billing"  # what pg_stat_activity shows for the project's connections
 
@@ -42,14 +43,6 @@ class LockBusy(UsageBillingError):
     """Another run holds the step's lock."""
 
     exit_code = 75
-
-
-def lock_wait() -> float:
-    raw = os.environ.get("USAGE_BILLING_LOCK_WAIT", "0")
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        raise UsageBillingError(f"USAGE_BILLING_LOCK_WAIT must be a number of seconds, got {raw!r}") from None
 
 
 def _holder_text() -> str:

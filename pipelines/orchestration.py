@@ -8,7 +8,6 @@ variables (``Settings.from_env``), read when a task runs, never when a DAG file 
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 
 from sqlalchemy import text
@@ -165,7 +164,7 @@ def finalize_month(month: str) -> dict:
 
 
 def exports_root() -> str:
-    return os.environ.get("USAGE_BILLING_EXPORTS", str(Path(settings().lake).parent / "exports"))
+    return settings().exports
 
 
 def export_month(month: str) -> str:
@@ -208,7 +207,7 @@ def retirement_report(as_of: str) -> dict:
     from pipelines.warehouse import make_engine
 
     s = settings()
-    out = os.environ.get("USAGE_BILLING_REPORTS", str(Path(s.lake).parent / "reports"))
+    out = s.reports
     data = run(
         make_engine(s.database_url), s.catalog, dt.date.fromisoformat(as_of), Path(out) / as_of, s.lake
     )

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
+from pipelines.errors import UsageBillingError
 from schemas.catalog import Catalog, load_catalog
 
 DEFAULT_CONFIG = "config/catalog.toml"
@@ -35,6 +37,16 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
+    @property
+    def exports(self) -> str:
+        """Where the monthly DAG writes invoice exports: ``USAGE_BILLING_EXPORTS``, else beside the lake."""
+        return os.environ.get("USAGE_BILLING_EXPORTS", str(Path(self.lake).parent / "exports"))
+
+    @property
+    def reports(self) -> str:
+        """Where the weekly DAG writes retirement reports: ``USAGE_BILLING_REPORTS``, else beside the lake."""
+        return os.environ.get("USAGE_BILLING_REPORTS", str(Path(self.lake).parent / "reports"))
+
     @cached_property
     def catalog(self) -> Catalog:
         return load_catalog(self.config)
@@ -51,3 +63,12 @@ class Settings:
             "--landing",
             self.landing,
         ]
+
+
+def lock_wait() -> float:
+    """Seconds a step waits for a lock another run holds (``USAGE_BILLING_LOCK_WAIT``, default 0)."""
+    raw = os.environ.get("USAGE_BILLING_LOCK_WAIT", "0")
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise UsageBillingError(f"USAGE_BILLING_LOCK_WAIT must be a number of seconds, got {raw!r}") from None
