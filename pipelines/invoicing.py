@@ -59,7 +59,7 @@ from pipelines import faults
 from pipelines.errors import UsageBillingError
 from pipelines.locks import step_lock
 from pipelines.remeter import out_of_date
-from pipelines.warehouse import insert_arrow, read_arrow
+from pipelines.warehouse import as_date, as_utc, insert_arrow, read_arrow
 from schemas.catalog import Catalog
 from schemas.limits import date_problem
 from schemas.warehouse import (
@@ -101,10 +101,6 @@ def check_month(month: str) -> str:
     return first.strftime("%Y-%m")
 
 
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment  # SQLite returns naive UTC
-
-
 def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date | None = None) -> str | None:
     """Why ``month`` is not closed yet (None when it is). A month is closed when every local day of it,
     in every account's timezone, was ingested, with ``[invoicing] close_grace_days`` more landing days
@@ -133,9 +129,9 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
     first_ever = conn.execute(select(func.min(r.landing_date))).scalar()
     if first_ever is None:
         return "nothing was ingested yet"
-    start = max(utc_first, _date(first_ever))
+    start = max(utc_first, as_date(first_ever))
     ingested = {
-        _date(d)
+        as_date(d)
         for d in conn.execute(
             select(r.landing_date).distinct().where(r.landing_date.between(start, needed))
         ).scalars()
@@ -146,7 +142,7 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
             return f"landing date {day} is not ingested (the month needs landing dates {start} .. {needed})"
     m = MeteredDate.__table__.c
     metered = {
-        _date(d): _utc(at)
+        as_date(d): as_utc(at)
         for d, at in conn.execute(select(m.local_day, m.metered_at).where(m.local_day.between(first, last)))
     }
     for i in range((last - first).days + 1):
@@ -165,10 +161,10 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
         .order_by(q.day)
     ).all()
     for day, queued in changed:
-        if _utc(queued) > oldest:
+        if as_utc(queued) > oldest:
             return (
-                f"UTC day {_date(day)} changed (an ingest at {_utc(queued):%Y-%m-%d %H:%M} UTC) after the "
-                "month was metered: run `usage-billing run-day --date ...` or "
+                f"UTC day {as_date(day)} changed (an ingest at {as_utc(queued):%Y-%m-%d %H:%M} UTC) after "
+                "the month was metered: run `usage-billing run-day --date ...` or "
                 f"`usage-billing quota meter --month {month}`"
             )
     return None
@@ -185,10 +181,6 @@ def stale_reason(conn: Connection, catalog: Catalog, month: str) -> str | None:
         f"local day {stale[0].day} is out of date ({stale[0].why}; {len(stale)} day(s) of the month): "
         f"run `usage-billing run-day --date ...` or `usage-billing quota meter --stale`"
     )
-
-
-def _date(value: object) -> dt.date:
-    return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
 
 
 def month_lock(month: str) -> str:

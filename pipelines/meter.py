@@ -69,7 +69,7 @@ from pipelines.dedup import HASH, runs, shard_segments, stable_hash
 from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.locks import database_lock, lock_wait, step_lock
 from pipelines.remeter import plans_digest
-from pipelines.warehouse import insert_arrow, make_engine, replace_rows, require_schema
+from pipelines.warehouse import as_date, insert_arrow, make_engine, replace_rows, require_schema
 from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA, utc_date
 from schemas.warehouse import Account, BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
@@ -135,7 +135,7 @@ def dependent_days(engine, catalog: Catalog, last: dt.date) -> list[dt.date]:  #
     m = MeteredDate.__table__.c
     with engine.connect() as conn:
         days = conn.execute(select(m.local_day).where(m.local_day > last, m.local_day <= until)).scalars()
-        return sorted(d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in days)
+        return sorted(as_date(d) for d in days)
 
 
 def shard_count(units: list[lake.Unit]) -> int:

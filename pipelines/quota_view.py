@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, and_, select
 
 from billing.calendar import period_end, period_start
 from pipelines.errors import UsageBillingError
+from pipelines.warehouse import as_utc
 from schemas.catalog import Catalog, Pool
 from schemas.events import LAKE_SCHEMA
 from schemas.limits import date_problem
@@ -71,13 +72,6 @@ def period_balance(conn: Connection, account: str, plan: str, pool: Pool, day: d
     if found is None:
         return PeriodBalance(start, end, None, None)
     return PeriodBalance(start, end, found.used, as_utc(found.exhausted_at))
-
-
-def as_utc(value: dt.datetime | None) -> dt.datetime | None:
-    """A stored time in UTC (SQLite hands it back without a zone)."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
 def pool_state(engine: Engine, catalog: Catalog, account: str, at: str | None) -> PoolView:

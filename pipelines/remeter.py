@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, or_, select
 
+from pipelines.warehouse import as_date, as_utc
 from schemas.catalog import Catalog
 from schemas.warehouse import Account, BillableUsage, MeteredDate, MeterQueue
 
@@ -41,14 +42,6 @@ def plans_digest(catalog: Catalog) -> str:
 class Stale:
     day: dt.date
     why: str
-
-
-def _date(value: object) -> dt.date:
-    return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
-
-
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment  # SQLite: naive UTC
 
 
 def out_of_date(
@@ -69,15 +62,15 @@ def out_of_date(
     for day, basis in conn.execute(
         select(m.local_day, m.basis).where(*where, or_(m.basis.is_(None), m.basis != digest))
     ):
-        found[_date(day)] = (
+        found[as_date(day)] = (
             "metered under other plans than the catalog's" if basis else "metered before plans were recorded"
         )
     queued = select(q.local_day, q.queued_at, q.reason, m.metered_at).join_from(
         MeterQueue.__table__, MeteredDate.__table__, m.local_day == q.local_day
     )
     for day, queued_at, reason, metered_at in conn.execute(queued.where(*where)):
-        if _utc(queued_at) > _utc(metered_at):
-            found.setdefault(_date(day), f"{reason} at {_utc(queued_at):%Y-%m-%d %H:%M} UTC")
+        if as_utc(queued_at) > as_utc(metered_at):
+            found.setdefault(as_date(day), f"{reason} at {as_utc(queued_at):%Y-%m-%d %H:%M} UTC")
     return [Stale(day, found[day]) for day in sorted(found)]
 
 
@@ -158,7 +151,7 @@ def queue_account_changes(conn: Connection, old: list, new: list, now: dt.dateti
             where.append(b.local_day <= max(ends) + dt.timedelta(days=TIMEZONE_REACH))  # type: ignore[type-var,operator]
         rows = conn.execute(select(b.account_id, b.local_day).distinct().where(*where))
         for account, day in rows:
-            day = _date(day)
+            day = as_date(day)
             lo, hi, moved = spans[account]
             if moved:
                 days.update(
@@ -170,7 +163,7 @@ def queue_account_changes(conn: Connection, old: list, new: list, now: dt.dateti
     if not days:
         return 0
     metered = {
-        _date(d)
+        as_date(d)
         for d in conn.execute(select(m.local_day).where(m.local_day.between(min(days), max(days)))).scalars()
     }
     todo = sorted(days & metered)

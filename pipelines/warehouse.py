@@ -8,6 +8,7 @@ the previous rows in place.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import io
 import itertools
 import math
@@ -39,6 +40,18 @@ from pipelines.errors import UsageBillingError
 from pipelines.locks import APPLICATION_NAME
 
 INSERT_BATCH_ROWS = 20_000
+
+
+def as_date(value: object) -> dt.date:
+    """A stored date (SQLite hands it back as ISO text)."""
+    return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
+
+
+def as_utc(value: dt.datetime | None) -> dt.datetime | None:
+    """A stored time in UTC (SQLite hands it back without a zone)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
 def redact(url: str) -> str:
