@@ -421,14 +421,9 @@ def quota_meter(
 
 
 def _meter_stale(s, beam_args: list[str]) -> None:  # type: ignore[no-untyped-def]
-    from pipelines.jobs import meter_runs
-    from pipelines.remeter import stale_dates
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.jobs import meter_runs, out_of_date_days
 
-    engine = make_engine(s.database_url)
-    require_schema(engine)
-    days = stale_dates(engine, s.catalog)
-    engine.dispose()
+    days = out_of_date_days(s)
     if not days:
         out.print("no metered day is out of date")
         return

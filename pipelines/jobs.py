@@ -70,22 +70,27 @@ def meter_runs(settings: Settings, dates: list[dt.date], beam_args: list[str] | 
     return done
 
 
+def out_of_date_days(settings: Settings, month: str | None = None) -> list[dt.date]:
+    """The metered days (of ``month`` only, if given) an accounts load or a change of the catalog's
+    plans made out of date (``pipelines.remeter``)."""
+    from pipelines.warehouse import make_engine, require_schema
+
+    engine = make_engine(settings.database_url)
+    try:
+        require_schema(engine)
+        return stale_dates(engine, settings.catalog, month)
+    finally:
+        engine.dispose()
+
+
 def meter_changed(
     settings: Settings, utc_dates: list[dt.date], beam_args: list[str] | None = None
 ) -> list[str]:
     """The meter step of ``run-day`` and the daily DAG: every local date the changed UTC dates reach
-    (``meter_dates_for``) and every metered day an accounts load or a change of the catalog's plans
-    made out of date (``pipelines.remeter``). Per metering run: its dates, what it started from."""
-    from pipelines.warehouse import make_engine
-
-    engine = make_engine(settings.database_url)
-    try:
-        stale = stale_dates(engine, settings.catalog)
-    finally:
-        engine.dispose()
-    return meter_runs(
-        settings, sorted(set(meter_dates_for(utc_dates, settings.catalog)) | set(stale)), beam_args
-    )
+    (``meter_dates_for``) and every out-of-date metered day (``out_of_date_days``). Per metering run:
+    its dates, what it started from."""
+    local = set(meter_dates_for(utc_dates, settings.catalog)) | set(out_of_date_days(settings))
+    return meter_runs(settings, sorted(local), beam_args)
 
 
 def queued(engine: Engine) -> list[tuple[dt.date, str]]:

@@ -95,16 +95,10 @@ def meter_dates(dates: list[str]) -> list[str]:
 def remeter_month(month: str) -> list[str]:
     """Before a draft: meter again the days of ``month`` that an accounts load or a change of the
     catalog's plans made out of date (a draft refuses the month until then)."""
-    from pipelines.jobs import meter_runs
-    from pipelines.remeter import stale_dates
-    from pipelines.warehouse import make_engine
+    from pipelines.jobs import meter_runs, out_of_date_days
 
     s = settings()
-    engine = make_engine(s.database_url)
-    try:
-        stale = stale_dates(engine, s.catalog, month)
-    finally:
-        engine.dispose()
+    stale = out_of_date_days(s, month)
     meter_runs(s, stale)
     return [d.isoformat() for d in stale]
 
