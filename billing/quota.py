@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from billing.calendar import EPOCH, day_period, period_end, period_start
+from billing.tokens import kind_matrix
 from schemas.catalog import Catalog
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -236,14 +237,7 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
     # columns and are permuted, no string column is reordered.
     account_code = codes.to_numpy(zero_copy_only=False).astype(np.int64)[order]
     day = events["local_day"].to_numpy().astype("datetime64[D]")[order]
-    kinds = np.stack(
-        [
-            pc.subtract(events["input_tokens"], events["cached_input_tokens"]).to_numpy(),
-            events["cached_input_tokens"].to_numpy(),
-            events["output_tokens"].to_numpy(),
-        ],
-        axis=1,
-    ).astype(np.int64)[order]
+    kinds = kind_matrix(events)[order]
     demand = kinds.sum(axis=1)
     remaining = demand.copy()
     plan_col = pc.fill_null(events["plan"], "")

@@ -8,6 +8,7 @@ An event reports ``input_tokens`` (cached ones included), ``cached_input_tokens`
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,6 +24,13 @@ def token_kinds(events: pa.Table) -> pa.Table:
             "output": events["output_tokens"],
         }
     ).select(list(TOKEN_KINDS))
+
+
+def kind_matrix(events: pa.Table) -> np.ndarray:
+    """``token_kinds`` as an n x 3 int64 array (columns in ``TOKEN_KINDS`` order): what allocation
+    splits and what its check adds up to."""
+    kinds = token_kinds(events)
+    return np.stack([kinds[k].to_numpy() for k in TOKEN_KINDS], axis=1).astype(np.int64)
 
 
 def metered_tokens(events: pa.Table) -> pa.ChunkedArray | pa.Array:

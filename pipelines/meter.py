@@ -61,6 +61,7 @@ from billing.quota import (
     attach_accounts,
     balances_at,
 )
+from billing.tokens import kind_matrix
 from pipelines import lake
 from pipelines.accounts import ACCOUNTS_LOCK
 from pipelines.beam_options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
@@ -289,14 +290,7 @@ def check_allocation(events: pa.Table, result: Allocation, state: pa.Table | Non
     used tokens are what the state it started from said plus what its events drew, within
     0 .. allowance. Vectorized: a few sums and one join per shard."""
     n = events.num_rows
-    kinds = np.stack(
-        [
-            pc.subtract(events["input_tokens"], events["cached_input_tokens"]).to_numpy(),
-            events["cached_input_tokens"].to_numpy(),
-            events["output_tokens"].to_numpy(),
-        ],
-        axis=1,
-    ).astype(np.int64)
+    kinds = kind_matrix(events)
     if n and min(result.included.min(), result.overage.min()) < 0:
         raise _broken("an event got negative included or overage tokens")
     if not np.array_equal(result.included + result.overage, kinds):
