@@ -15,8 +15,7 @@ rewrites its folder.
 from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
-
-from pipelines.dag_common import DEFAULT_ARGS, MONTH_CLOSED, START, TAGS
+from dag_defaults import DEFAULT_ARGS, MONTH_CLOSED, START, TAGS
 
 
 @dag(
@@ -35,7 +34,7 @@ from pipelines.dag_common import DEFAULT_ARGS, MONTH_CLOSED, START, TAGS
 def billing_monthly():
     @task
     def resolve_month(params=None, triggering_asset_events=None, logical_date=None) -> str:
-        from pipelines.orchestration import previous_month
+        from pipelines.jobs.tasks import previous_month
 
         if params and params.get("month"):
             return params["month"]
@@ -47,41 +46,41 @@ def billing_monthly():
 
     @task
     def remeter(month: str) -> str:
-        from pipelines.orchestration import remeter_month
+        from pipelines.jobs.tasks import remeter_month
 
         remeter_month(month)
         return month
 
     @task
     def draft(month: str) -> str:
-        from pipelines.orchestration import draft_month
+        from pipelines.jobs.tasks import draft_month
 
         draft_month(month)
         return month
 
     @task(retries=0)  # a mismatch needs a person
     def reconcile(month: str) -> str:
-        from pipelines.orchestration import reconcile_month
+        from pipelines.jobs.tasks import reconcile_month
 
         reconcile_month(month)
         return month
 
     @task
     def finalize(month: str) -> str:
-        from pipelines.orchestration import finalize_month
+        from pipelines.jobs.tasks import finalize_month
 
         finalize_month(month)
         return month
 
     @task
     def export(month: str) -> str:
-        from pipelines.orchestration import export_month
+        from pipelines.jobs.tasks import export_month
 
         return export_month(month)
 
     @task
     def adjust_earlier_months(month: str) -> list[dict]:
-        from pipelines.orchestration import adjust_months, months_to_adjust
+        from pipelines.jobs.tasks import adjust_months, months_to_adjust
 
         return adjust_months(months_to_adjust(month))
 

@@ -10,8 +10,7 @@ candidates land in `retirement_candidates`. Rerunning a week replaces its rows a
 from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
-
-from pipelines.dag_common import DEFAULT_ARGS, START, TAGS, WEEK_COMPLETE
+from dag_defaults import DEFAULT_ARGS, START, TAGS, WEEK_COMPLETE
 
 
 @dag(
@@ -43,7 +42,7 @@ def retirement_weekly():
 
     @task
     def report(as_of: str) -> dict:
-        from pipelines.orchestration import retirement_report
+        from pipelines.jobs.tasks import retirement_report
 
         return retirement_report(as_of)
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import dag, task
-
-from pipelines.dag_common import (
+from dag_defaults import (
     DEFAULT_ARGS,
     MONTH_CLOSED,
     START,
@@ -44,31 +43,31 @@ from pipelines.dag_common import (
 def usage_daily():
     @task.sensor(poke_interval=300, timeout=6 * 3600, mode="reschedule")
     def wait_for_landing(ds=None) -> bool:
-        from pipelines.orchestration import landing_ready
+        from pipelines.jobs.tasks import landing_ready
 
         return landing_ready(ds)
 
     @task
     def ingest(ds=None) -> dict:
-        from pipelines.orchestration import ingest_day
+        from pipelines.jobs.tasks import ingest_day
 
         return ingest_day(ds)
 
     @task(retries=0)  # a failed gate needs a person, not a retry
     def quality_gate(ingested: dict) -> list[str]:
-        from pipelines.orchestration import quality_gate
+        from pipelines.jobs.tasks import quality_gate
 
         return quality_gate(ingested)
 
     @task
     def aggregate(dates: list[str]) -> list[str]:
-        from pipelines.orchestration import aggregate_dates
+        from pipelines.jobs.tasks import aggregate_dates
 
         return aggregate_dates(dates)
 
     @task(outlets=[USAGE_DAY])
     def meter(dates: list[str], ds=None, outlet_events=None) -> list[str]:
-        from pipelines.orchestration import meter_dates
+        from pipelines.jobs.tasks import meter_dates
 
         metered = meter_dates(dates)
         outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": dates}
@@ -76,7 +75,7 @@ def usage_daily():
 
     @task
     def clear_recompute_queue(ingested: dict, metered: list[str]) -> int:
-        from pipelines.orchestration import clear_queue
+        from pipelines.jobs.tasks import clear_queue
 
         return clear_queue(ingested, metered)
 
@@ -94,7 +93,7 @@ def usage_daily():
     def month_closed(_: list[str], ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
 
-        from pipelines.orchestration import month_grace_days
+        from pipelines.jobs.tasks import month_grace_days
 
         grace = month_grace_days()
         day = dt.date.fromisoformat(ds)

@@ -77,7 +77,7 @@ def _generate(lake_root: Path, events: int) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from pipelines.generate import GeneratorConfig, generate
+    from pipelines.jobs.generate import GeneratorConfig, generate
     from schemas.catalog import load_catalog
 
     catalog = load_catalog(ROOT / "config" / "catalog.toml")

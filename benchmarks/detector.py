@@ -17,8 +17,8 @@ import argparse
 import time
 
 from benchmarks.common import ROOT, command_line, machine, write_section
-from pipelines.detect import METHOD_VERSION
-from pipelines.simulate import SCENARIOS, evaluate
+from pipelines.adoption.detect import METHOD_VERSION
+from pipelines.adoption.simulate import SCENARIOS, evaluate
 from schemas.catalog import load_catalog
 
 

@@ -41,8 +41,15 @@ from benchmarks import ingest as ingest_bench
 from benchmarks import meter as meter_bench
 from benchmarks.common import command_line, machine, run_measured, timed, write_section
 from pipelines import lake
-from pipelines.dedup import stable_hash
-from pipelines.warehouse import _sqlite_executemany, insert_arrow, key_order, make_engine, read_arrow, upgrade
+from pipelines.ingest.dedup import stable_hash
+from pipelines.warehouse.engine import (
+    _sqlite_executemany,
+    insert_arrow,
+    key_order,
+    make_engine,
+    read_arrow,
+    upgrade,
+)
 from schemas.warehouse import BillableUsage
 
 THREADS = 2
@@ -140,7 +147,7 @@ def _arrow_schema(table) -> pa.Schema:  # type: ignore[no-untyped-def]
 def _meter_rows(workdir: Path, size: int) -> tuple[list[str], int, float, float, float]:
     """Returns table rows, the events, the read and the records' write, the fastest durable load and
     the load with nothing kept through a crash."""
-    from pipelines.meter import COLUMNS
+    from pipelines.quota.meter import COLUMNS
 
     root = workdir / f"meter-{size}"
     if not (root / "accounts.csv").exists():

@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 
 from benchmarks.common import command_line, machine, timed, write_section
-from pipelines.generate import GeneratorConfig, generate
+from pipelines.jobs.generate import GeneratorConfig, generate
 from schemas.catalog import load_catalog
 
 
@@ -68,7 +68,7 @@ Machine: {machine()}
 
 | implementation | events | seconds | events/s |
 |---|---:|---:|---:|
-| vectorized (`pipelines.generate`, best of 3) | {rows:,} | {seconds:.2f} | {fast:,.0f} |
+| vectorized (`pipelines.jobs.generate`, best of 3) | {rows:,} | {seconds:.2f} | {fast:,.0f} |
 | naive, one dict per event | {args.naive_events:,} | {naive_seconds:.2f} | {slow:,.0f} |
 
 Ratio: the vectorized generator is {fast / slow:.0f}x the naive one. Target: at least 1M events/s

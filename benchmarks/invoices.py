@@ -27,7 +27,7 @@ from sqlalchemy import text
 
 from benchmarks.common import ROOT, command_line, machine, run_measured, write_section
 from billing.pricing import cents
-from pipelines.warehouse import insert_arrow, make_engine, upgrade
+from pipelines.warehouse.engine import insert_arrow, make_engine, upgrade
 from schemas.catalog import load_catalog
 from schemas.warehouse import Account, BillableUsage
 

@@ -39,7 +39,7 @@ MODES = {  # the default is one thread per core (up to 4): two threads here
 
 def _generate(root: Path, events: int) -> tuple[int, int]:
     """Exactly ``events`` events into lake partitions; returns (events, largest account's events)."""
-    from pipelines.generate import GeneratorConfig, generate
+    from pipelines.jobs.generate import GeneratorConfig, generate
     from schemas.catalog import load_catalog
 
     catalog = load_catalog(ROOT / "config" / "catalog.toml")
@@ -153,7 +153,7 @@ def _reference(root: Path, n: int) -> float:
     import pyarrow as pa
 
     from billing.quota import attach_accounts
-    from pipelines.accounts import parse_accounts
+    from pipelines.warehouse.accounts import parse_accounts
     from schemas.catalog import load_catalog
     from tests.test_quota import reference
 

@@ -12,8 +12,8 @@ import argparse
 import datetime as dt
 import time
 
-from pipelines.readers import read_parquet_unit
-from pipelines.validate import Rules, validate
+from pipelines.ingest.readers import read_parquet_unit
+from pipelines.ingest.validate import Rules, validate
 from schemas.catalog import load_catalog
 
 

@@ -17,9 +17,9 @@ from rich.text import Text
 from typer._click import exceptions as click_errors
 
 from pipelines.errors import UsageBillingError
-from pipelines.logs import quiet
+from pipelines.runtime.logs import quiet
+from pipelines.runtime.startup import defer_collection_until_work, tune_allocator
 from pipelines.settings import Settings
-from pipelines.startup import defer_collection_until_work, tune_allocator
 from schemas.catalog import CatalogError
 
 # No markup: printed text carries ids and paths from users and files, and "[/]" in one is not a tag.
@@ -101,7 +101,7 @@ def _step(label: str):  # type: ignore[no-untyped-def]
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Apply every migration to the warehouse."""
-    from pipelines.warehouse import free_bytes, make_engine, redact, upgrade
+    from pipelines.warehouse.engine import free_bytes, make_engine, redact, upgrade
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
@@ -121,7 +121,7 @@ FREE_HINT_BYTES = 64 * 2**20
 @db_app.command("vacuum")
 def db_vacuum(ctx: typer.Context) -> None:
     """Give the warehouse's free space back to the disk (SQLite: VACUUM; PostgreSQL: VACUUM ANALYZE)."""
-    from pipelines.warehouse import make_engine, redact, vacuum
+    from pipelines.warehouse.engine import make_engine, redact, vacuum
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
@@ -142,8 +142,8 @@ def db_vacuum(ctx: typer.Context) -> None:
 def lake_show(ctx: typer.Context) -> None:
     """The lake the warehouse is bound to, and whether --lake is that lake."""
     from pipelines import lake as lake_files
-    from pipelines.binding import current, where
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.warehouse.binding import current, where
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
@@ -166,8 +166,8 @@ def lake_rebind(
     reason: Annotated[str, typer.Option("--reason", help="why (recorded with who and when)")],
 ) -> None:
     """Point the warehouse at the lake given by --lake on purpose (a moved or restored lake)."""
-    from pipelines.binding import rebind
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.warehouse.binding import rebind
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
@@ -180,15 +180,15 @@ def lake_rebind(
 @accounts_app.command("load")
 def accounts_load(ctx: typer.Context, file: Path) -> None:
     """Load an accounts CSV (account_id,plan,timezone,active_from,active_until)."""
-    from pipelines.accounts import load_accounts
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.warehouse.accounts import load_accounts
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
     require_schema(engine)
     n = load_accounts(engine, file, s.catalog)
     out.print(f"loaded {n} account rows from {file}")
-    from pipelines.remeter import stale_dates
+    from pipelines.quota.remeter import stale_dates
 
     stale = stale_dates(engine, s.catalog)
     if stale:
@@ -211,8 +211,8 @@ def events_generate(
     fmt: str = typer.Option("mixed", "--format", help="mixed | parquet | jsonl"),
 ) -> None:
     """Write synthetic landing files and an accounts CSV for the scenario."""
-    from pipelines.beam_options import parse_date
-    from pipelines.generate import GeneratorConfig, generate, write_landing
+    from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+    from pipelines.runtime.options import parse_date
 
     s = _settings(ctx)
     try:
@@ -240,7 +240,7 @@ def events_generate(
 @events_app.command("ingest", context_settings=BEAM)
 def events_ingest(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
     """Validate, deduplicate and store landing files in the lake (Beam flags after --)."""
-    from pipelines import ingest
+    from pipelines.ingest import events as ingest
 
     s = _settings(ctx)
     with _step("ingesting"):
@@ -258,9 +258,9 @@ def events_replay(
 ) -> None:
     """Ingest a landing date's quarantined rows again (once their cause is fixed), then aggregate and
     meter what they changed, as run-day does."""
-    from pipelines import replay
-    from pipelines.beam_options import parse_date
-    from pipelines.jobs import ingest_and_aggregate
+    from pipelines.ingest import replay
+    from pipelines.jobs.run_day import ingest_and_aggregate
+    from pipelines.runtime.options import parse_date
 
     s = _settings(ctx)
     day = parse_date(date, "--date")
@@ -308,7 +308,7 @@ def usage_aggregate(
     ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None
 ) -> None:
     """Aggregate lake partitions into usage_daily (Beam flags after --)."""
-    from pipelines import aggregate
+    from pipelines.usage import aggregate
 
     s = _settings(ctx)
     with _step("aggregating"):
@@ -327,8 +327,8 @@ def run_day(
 ) -> None:
     """Ingest one landing date, gate it on data quality, then aggregate it and every past date its late
     events changed."""
-    from pipelines.beam_options import parse_date
-    from pipelines.jobs import ingest_and_aggregate
+    from pipelines.jobs.run_day import ingest_and_aggregate
+    from pipelines.runtime.options import parse_date
 
     s = _settings(ctx)
     day = parse_date(date)
@@ -346,9 +346,9 @@ def run_day(
 @dq_app.command("check")
 def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
     """Run the data-quality suite on committed partitions; store and render the results."""
-    from pipelines import quality
-    from pipelines.beam_options import CommonOptions, date_range
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.ingest import quality
+    from pipelines.runtime.options import CommonOptions, date_range
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     dates = date_range(CommonOptions(_dates_argv(date, start, end)))
@@ -375,9 +375,9 @@ def dq_accept(
     reason: Annotated[str, typer.Option("--reason", help="why the data is good enough anyway")],
 ) -> None:
     """Accept a failed data-quality gate for one date (recorded with who, when and why)."""
-    from pipelines import quality
-    from pipelines.beam_options import parse_date
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.ingest import quality
+    from pipelines.runtime.options import parse_date
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
@@ -401,7 +401,7 @@ def quota_meter(
     ] = False,
 ) -> None:
     """Meter account-local dates against the quota pools (Beam flags after --)."""
-    from pipelines import meter
+    from pipelines.quota import meter
 
     s = _settings(ctx)
     if stale:
@@ -421,7 +421,7 @@ def quota_meter(
 
 
 def _meter_stale(s, beam_args: list[str]) -> None:  # type: ignore[no-untyped-def]
-    from pipelines.jobs import meter_runs, out_of_date_days
+    from pipelines.jobs.run_day import meter_runs, out_of_date_days
 
     days = out_of_date_days(s)
     if not days:
@@ -439,8 +439,8 @@ def quota_show(
     at: Annotated[str | None, typer.Option("--at", help="ISO time with zone (default: now)")] = None,
 ) -> None:
     """Each pool of the account's plan at a moment: allowance, used, remaining and when it resets."""
-    from pipelines.quota_view import pool_state
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.quota.show import pool_state
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
@@ -461,9 +461,9 @@ def quota_explain(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object (for support tools)")] = False,
 ) -> None:
     """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
-    from pipelines.beam_options import parse_date
-    from pipelines.explain import as_dict, explain_event, render
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.quota.explain import as_dict, explain_event, render
+    from pipelines.runtime.options import parse_date
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     day = parse_date(date, "--date") if date is not None else None
@@ -483,7 +483,7 @@ MonthOpt = Annotated[str, typer.Option("--month", help="account-local calendar m
 
 
 def _invoice_engine(ctx: typer.Context):  # type: ignore[no-untyped-def]
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     engine = make_engine(_settings(ctx).database_url)
     require_schema(engine)
@@ -500,7 +500,7 @@ def invoices_draft(
     ] = False,
 ) -> None:
     """(Re)build the month's draft invoices and adjustments; finalized documents are never touched."""
-    from pipelines.invoicing import draft
+    from pipelines.invoicing.documents import draft
 
     with _step(f"drafting invoices for {month}"):
         r = draft(_invoice_engine(ctx), _settings(ctx).catalog, month, open_month=open_month)
@@ -514,7 +514,7 @@ def invoices_draft(
 @invoices_app.command("finalize")
 def invoices_finalize(ctx: typer.Context, month: MonthOpt) -> None:
     """Number the month's drafts (INV-YYYYMM-NNNNNN, gapless) and freeze them."""
-    from pipelines.invoicing import finalize
+    from pipelines.invoicing.documents import finalize
 
     r = finalize(_invoice_engine(ctx), _settings(ctx).catalog, month)
     if r.finalized == 0:
@@ -530,7 +530,7 @@ def invoices_void(
     reason: Annotated[str, typer.Option("--reason", help="why (recorded on the invoice)")],
 ) -> None:
     """Void a finalized invoice; the next draft of its month bills the account afresh."""
-    from pipelines.invoicing import void
+    from pipelines.invoicing.documents import void
 
     account = void(_invoice_engine(ctx), number, reason)
     out.print(f"voided {number} (account {account})")
@@ -544,7 +544,7 @@ def invoices_export(
     fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
 ) -> None:
     """Write invoices and lines (CSV or Parquet) and one printable HTML page per account."""
-    from pipelines.invoice_export import export
+    from pipelines.invoicing.export import export
 
     n = export(_invoice_engine(ctx), month, out_dir, fmt)
     out.print(
@@ -559,9 +559,9 @@ def retirement_report(
     out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
 ) -> None:
     """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
-    from pipelines.beam_options import parse_date
-    from pipelines.retirement import run as report
-    from pipelines.warehouse import make_engine, require_schema
+    from pipelines.adoption.retirement import run as report
+    from pipelines.runtime.options import parse_date
+    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = _settings(ctx)
     engine = make_engine(s.database_url)
@@ -584,7 +584,7 @@ def demo(
     seed: int = typer.Option(7),
 ) -> None:
     """Everything on generated data with the embedded defaults (SQLite, local lake, in-process Beam)."""
-    from pipelines.demo import run_demo
+    from pipelines.jobs.demo import run_demo
 
     run_demo(
         _settings(ctx),
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-    from pipelines.warehouse import forget_warehouses, vanished_warehouses
+    from pipelines.warehouse.engine import forget_warehouses, vanished_warehouses
 
     quiet()
     forget_warehouses()  # only the files this command opens count

@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import faults
 from pipelines.errors import UsageBillingError
+from pipelines.runtime import faults
 
 EVENTS = "events"
 QUARANTINE = "quarantine"

@@ -1,5 +1,8 @@
 """Where things live: the one place that picks the environment (local files + SQLite, or a bucket +
 PostgreSQL). Domain logic never branches on it; it receives paths and an engine.
+
+The only module that reads the environment (the test-only fault hook, ``runtime/faults.py``, reads its
+own two variables).
 """
 
 from __future__ import annotations
@@ -8,9 +11,12 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.errors import UsageBillingError
-from schemas.catalog import Catalog, load_catalog
+
+if TYPE_CHECKING:  # the DAG files import this module at parse time: no pydantic there
+    from schemas.catalog import Catalog
 
 DEFAULT_CONFIG = "config/catalog.toml"
 DEFAULT_DATABASE_URL = "sqlite:///data/warehouse.db"
@@ -49,6 +55,8 @@ class Settings:
 
     @cached_property
     def catalog(self) -> Catalog:
+        from schemas.catalog import load_catalog
+
         return load_catalog(self.config)
 
     def argv(self) -> list[str]:
@@ -72,3 +80,17 @@ def lock_wait() -> float:
         return max(0.0, float(raw))
     except ValueError:
         raise UsageBillingError(f"USAGE_BILLING_LOCK_WAIT must be a number of seconds, got {raw!r}") from None
+
+
+def dag_retries() -> int:
+    """How often an Airflow task is retried (``USAGE_BILLING_DAG_RETRIES``, default 2; the tests set 0)."""
+    raw = os.environ.get("USAGE_BILLING_DAG_RETRIES", "2")
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise UsageBillingError(f"USAGE_BILLING_DAG_RETRIES must be a whole number, got {raw!r}") from None
+
+
+def quiet_great_expectations() -> None:
+    """Great Expectations sends usage analytics unless told not to; ours never does (unless set)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from pipelines.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.catalog import Catalog, load_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +124,9 @@ def close_month(settings: Settings, month: str, scratch: Path) -> None:
     from sqlalchemy import select
 
     from billing.invoices import utc_span
-    from pipelines import ingest, meter
-    from pipelines.jobs import contiguous
+    from pipelines.ingest import events as ingest
+    from pipelines.jobs.run_day import contiguous
+    from pipelines.quota import meter
     from schemas.warehouse import Account, IngestRun
 
     engine = make_engine(settings.database_url)

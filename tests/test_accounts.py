@@ -5,9 +5,9 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
-from pipelines.accounts import load_accounts, parse_accounts
 from pipelines.errors import UsageBillingError
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.accounts import load_accounts, parse_accounts
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Account
 
 HEADER = "account_id,plan,timezone,active_from,active_until\n"

@@ -11,14 +11,14 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
-from pipelines import ingest
+from pipelines.ingest import events as ingest
 from tests.data.bad import corpus
 
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory):  # type: ignore[no-untyped-def]
     from pipelines.settings import Settings
-    from pipelines.warehouse import make_engine, upgrade
+    from pipelines.warehouse.engine import make_engine, upgrade
     from tests.conftest import CATALOG_PATH
 
     root = tmp_path_factory.mktemp("bad")

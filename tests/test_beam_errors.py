@@ -6,9 +6,9 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 
-from pipelines.beam_options import pipeline_options, run_pipeline
 from pipelines.errors import DataQualityError, UsageBillingError, user_error_in, without_step
-from pipelines.locks import LockBusy
+from pipelines.runtime.options import pipeline_options, run_pipeline
+from pipelines.warehouse.locks import LockBusy
 
 MODES = {
     "one thread": ["--direct_num_workers=1"],
@@ -68,7 +68,7 @@ def test_user_error_in_reads_only_the_last_line_of_a_traceback():
     found = user_error_in(traceback)
     assert type(found) is DataQualityError and str(found) == "rows read 10 != 9"
     assert user_error_in(traceback + "KeyError: 'x'\n") is None
-    assert type(user_error_in("pipelines.locks.LockBusy: busy")) is LockBusy
+    assert type(user_error_in("pipelines.warehouse.locks.LockBusy: busy")) is LockBusy
     assert user_error_in("pipelines.errors.Nonexistent: x") is None
     assert user_error_in("pipelines.not_a_module.UsageBillingError: x") is None
     assert user_error_in("pipelines.errors.re: x") is None  # a module global that is no error class

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.aggregate import CombineDayPartials, DailyUsage
-from pipelines.ingest import IngestEvents, MergeStats, ReadUnit
-from pipelines.usage import partial_usage
-from pipelines.validate import Rules
+from pipelines.ingest.events import IngestEvents, MergeStats, ReadUnit
+from pipelines.ingest.validate import Rules
+from pipelines.usage.aggregate import CombineDayPartials, DailyUsage
+from pipelines.usage.partials import partial_usage
 from schemas.events import LAKE_SCHEMA
 
 OPTIONS = ["--runner=FnApiRunner"]

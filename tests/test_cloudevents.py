@@ -8,9 +8,9 @@ import pyarrow.dataset as ds
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from pipelines import ingest
+from pipelines.ingest import events as ingest
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.engine import make_engine, upgrade
 from tests.conftest import CATALOG_PATH
 
 DAY = dt.date(2026, 3, 2)

@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from pipelines import aggregate, ingest
-from pipelines.jobs import date_args
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.ingest import events as ingest
+from pipelines.jobs.run_day import date_args
+from pipelines.usage import aggregate
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import UsageDaily
 from tests.conftest import small_dates, table_rows
 

@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines import dedup
-from pipelines.dedup import (
+from pipelines.ingest import dedup
+from pipelines.ingest.dedup import (
     HASH,
     dedup_shard,
     runs,

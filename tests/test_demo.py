@@ -11,7 +11,7 @@ import pyarrow.dataset as ds
 import pytest
 from sqlalchemy import func, select
 
-from pipelines.warehouse import make_engine
+from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import IngestRun, UsageDaily
 from tests.conftest import CATALOG_PATH, ROOT
 

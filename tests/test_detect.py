@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.detect import decide, projected_crossing, trend
-from pipelines.simulate import SCENARIOS, evaluate, run_detector, simulate
+from pipelines.adoption.detect import decide, projected_crossing, trend
+from pipelines.adoption.simulate import SCENARIOS, evaluate, run_detector, simulate
 from schemas.catalog import AdoptionConfig
 
 CFG = AdoptionConfig()

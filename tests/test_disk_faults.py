@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.engine import make_engine, upgrade
 from tests.conftest import CATALOG_PATH, close_month
 from tests.test_faults import DAY1, DAY2, cli, lake_state, ok
 

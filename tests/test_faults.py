@@ -1,7 +1,7 @@
 """Issue 9, points 1-3: a run killed with SIGKILL, two runs at once, a database connection killed.
 
 The faults are real: each run is a child process of the ``usage-billing`` command; ``USAGE_BILLING_FAULT``
-(``pipelines/faults.py``) makes it SIGKILL itself or pause at a named point, and the tests compare the
+(``pipelines/runtime/faults.py``) makes it SIGKILL itself or pause at a named point, and the tests compare the
 lake and the warehouse with those of an uninterrupted run.
 """
 
@@ -21,9 +21,9 @@ import pytest
 from sqlalchemy import text
 
 from pipelines import lake
-from pipelines.binding import rebind
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.binding import rebind
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import (
     BillableUsage,
     MeteredDay,

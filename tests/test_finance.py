@@ -22,11 +22,11 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
-from pipelines import invoicing
-from pipelines.accounts import load_accounts
-from pipelines.jobs import ingest_and_aggregate
+from pipelines.invoicing import documents as invoicing
+from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Invoice, InvoiceLine, PoolUsage
 from tests.conftest import CATALOG_PATH, ROOT, close_month, small_dates
 

@@ -21,15 +21,15 @@ from sqlalchemy.exc import DBAPIError
 
 from billing.invoices import build_lines, month_bounds
 from billing.pricing import cents
-from pipelines import invoicing
-from pipelines.accounts import load_accounts
-from pipelines.binding import rebind
 from pipelines.errors import UsageBillingError
-from pipelines.invoice_export import LINE_COLUMNS, export
-from pipelines.jobs import ingest_and_aggregate
-from pipelines.locks import LockBusy
+from pipelines.invoicing import documents as invoicing
+from pipelines.invoicing.export import LINE_COLUMNS, export
+from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.binding import rebind
+from pipelines.warehouse.engine import make_engine, upgrade
+from pipelines.warehouse.locks import LockBusy
 from schemas.catalog import parse_catalog
 from schemas.warehouse import Account, Invoice, InvoiceLine
 from tests.conftest import CATALOG_PATH, close_month, small_dates

@@ -18,10 +18,12 @@ import pytest
 from sqlalchemy import and_, func, select
 
 from billing.quota import attach_accounts
-from pipelines import ingest, lake, meter
-from pipelines.accounts import load_accounts
-from pipelines.jobs import date_args
-from pipelines.warehouse import make_engine, upgrade
+from pipelines import lake
+from pipelines.ingest import events as ingest
+from pipelines.jobs.run_day import date_args
+from pipelines.quota import meter
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Account, BillableUsage, PoolUsage
 from tests.conftest import CATALOG_PATH, small_dates, table_rows
 
@@ -252,7 +254,7 @@ def test_quota_show_prints_each_pool(ingested, capsys):
 
 
 def test_run_day_meters_to_the_end_of_the_periods_its_dates_touch(catalog):
-    from pipelines.jobs import meter_dates_for
+    from pipelines.jobs.run_day import meter_dates_for
 
     got = meter_dates_for([dt.date(2026, 3, 4)], catalog)  # weekly pools: Wed -> through Sunday 8 March
     assert got[0] == dt.date(2026, 3, 3) and got[-1] == dt.date(2026, 3, 8) and len(got) == 6
@@ -263,7 +265,7 @@ def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
 ):
     import json
 
-    from pipelines.jobs import ingest_and_aggregate
+    from pipelines.jobs.run_day import ingest_and_aggregate
 
     engine = make_engine(sqlite_settings.database_url)
     load_accounts(engine, Path(sqlite_settings.landing) / "accounts.csv", catalog)
@@ -355,7 +357,7 @@ def _account_days_with_overage(engine, n: int) -> list[tuple]:  # type: ignore[n
 def test_quota_explain_adds_up_to_the_billable_rows_of_its_events(ingested, catalog):
     """Explaining every event of some account-days (from the stored allocation records, nothing
     re-metered) gives back exactly their billable_usage rows, pool by pool and kind by kind."""
-    from pipelines.explain import explain_event
+    from pipelines.quota.explain import explain_event
 
     dates = small_dates()
     _meter(ingested, dates)

@@ -18,10 +18,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from pipelines import ingest, jobs, lake, meter
-from pipelines.accounts import load_accounts
+from pipelines import lake
+from pipelines.ingest import events as ingest
+from pipelines.jobs import run_day as jobs
+from pipelines.quota import meter
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.catalog import load_catalog
 from schemas.warehouse import BillableUsage, PoolUsage
 from tests.conftest import close_month
@@ -178,7 +181,7 @@ class World:
 
     def invoices(self, months: list[str]) -> dict:
         """(account, month) -> total of each drafted invoice (months drafted as open: no calendar here)."""
-        from pipelines import invoicing
+        from pipelines.invoicing import documents as invoicing
         from schemas.warehouse import Invoice
 
         catalog = load_catalog(self.settings.config)
@@ -260,7 +263,7 @@ THREE = [("2026-02-27T10:00", 500), ("2026-03-01T10:00", 500), ("2026-03-04T10:0
 
 def _march_bill(world: World, account: str = "a1") -> Decimal:
     """The account's March invoice total, drafted (as an open month: these tests run no calendar)."""
-    from pipelines import invoicing
+    from pipelines.invoicing import documents as invoicing
     from schemas.warehouse import Invoice
 
     invoicing.draft(world.engine, load_catalog(world.settings.config), "2026-03", open_month=True)
@@ -320,9 +323,9 @@ def test_a_late_event_in_march_reaches_aprils_metered_days_through_the_week_that
 
 
 def test_a_plan_change_loaded_after_its_days_were_metered_is_metered_again_before_a_draft(tmp_path):
-    from pipelines import invoicing
     from pipelines.errors import UsageBillingError
-    from pipelines.explain import explain_event, render
+    from pipelines.invoicing import documents as invoicing
+    from pipelines.quota.explain import explain_event, render
 
     catalog = _fast_and_main(-1, 5)
     catalog["plans"].append({"id": "pro", "monthly_fee": "30.00", "pools": []})  # no allowance at all
@@ -670,7 +673,7 @@ def test_an_identical_reload_or_a_change_on_days_without_usage_queues_nothing(tm
 def test_changed_span_finds_where_two_versions_of_an_accounts_rows_bill_differently():
     from types import SimpleNamespace as Row
 
-    from pipelines.remeter import changed_span
+    from pipelines.quota.remeter import changed_span
 
     d = dt.date
     one = [Row(plan="plus", timezone="UTC", active_from=d(2026, 1, 1), active_until=None)]
@@ -720,7 +723,7 @@ def test_quota_meter_stale_on_the_command_line(tmp_path, capsys):
 
 
 def test_the_monthly_dag_meters_the_months_out_of_date_days_before_its_draft(tmp_path, monkeypatch):
-    from pipelines import orchestration
+    from pipelines.jobs import tasks as orchestration
 
     world = World(tmp_path, _fast_and_main(-1, 5))
     world.load_accounts([A1])

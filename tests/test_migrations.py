@@ -7,7 +7,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 import migrations
-from pipelines.warehouse import make_engine
+from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import Base
 
 
@@ -31,7 +31,7 @@ def test_history_is_linear():
 def _states_told_apart(engine) -> None:  # type: ignore[no-untyped-def]
     """An empty warehouse, one a revision behind and a current one, as every step's check sees them."""
     from pipelines.errors import UsageBillingError
-    from pipelines.warehouse import require_schema
+    from pipelines.warehouse.engine import require_schema
 
     previous = ScriptDirectory(migrations.SCRIPT_LOCATION).get_revision(migrations.HEAD).down_revision
     migrations.downgrade(engine, "base")
@@ -140,7 +140,7 @@ def test_clustering_the_tables_keeps_their_rows_and_the_finance_views(tmp_path):
 
 def test_db_upgrade_names_the_space_a_rebuild_freed_and_db_vacuum_returns_it(capsys, tmp_path, monkeypatch):
     from pipelines.cli import main
-    from pipelines.warehouse import free_bytes
+    from pipelines.warehouse.engine import free_bytes
 
     db = tmp_path / "w.db"
     engine = make_engine(f"sqlite:///{db}")

@@ -1,6 +1,6 @@
 """Beam's local parallel modes (two threads, two worker processes) give exactly the one-thread rows.
 
-Ingest and metering default to a thread per core (``pipelines.beam_options``): the DoFns must not
+Ingest and metering default to a thread per core (``pipelines.runtime.options``): the DoFns must not
 share state between the threads of one process either.
 """
 
@@ -13,10 +13,13 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from pipelines import aggregate, ingest, lake, meter
-from pipelines.accounts import load_accounts
-from pipelines.jobs import date_args
-from pipelines.warehouse import make_engine, upgrade
+from pipelines import lake
+from pipelines.ingest import events as ingest
+from pipelines.jobs.run_day import date_args
+from pipelines.quota import meter
+from pipelines.usage import aggregate
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, MeteredDay, ModelDaily, PoolUsage, UsageDaily
 from tests.conftest import small_dates, table_rows
 
@@ -61,7 +64,7 @@ def test_two_workers_give_the_one_thread_rows(sqlite_settings, catalog, tmp_path
 def test_ingest_and_metering_default_to_a_thread_per_core_aggregation_to_one():
     from apache_beam.options.pipeline_options import DirectOptions
 
-    from pipelines.beam_options import DEFAULT_THREADS, pipeline_options
+    from pipelines.runtime.options import DEFAULT_THREADS, pipeline_options
 
     threaded = pipeline_options([], threads=True).view_as(DirectOptions)
     assert threaded.direct_running_mode == "multi_threading"

@@ -16,10 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import func, select
 
-from pipelines import aggregate, ingest
-from pipelines.jobs import date_args, ingest_and_aggregate
+from pipelines.ingest import events as ingest
+from pipelines.jobs.run_day import date_args, ingest_and_aggregate
 from pipelines.lake import ParquetAppender, write_parquet
-from pipelines.warehouse import make_engine
+from pipelines.usage import aggregate
+from pipelines.warehouse.engine import make_engine
 from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA
 from schemas.warehouse import IngestRun, UsageDaily
 from tests.conftest import SMALL, small_dates, table_rows
@@ -48,7 +49,7 @@ def _ingest_all(settings) -> ingest.IngestResult:  # type: ignore[no-untyped-def
 
 
 def test_conservation_and_every_generated_event_exactly_once(sqlite_settings, catalog):
-    from pipelines.generate import generate
+    from pipelines.jobs.generate import generate
 
     result = _ingest_all(sqlite_settings)
     gen = generate(catalog, SMALL)
@@ -86,7 +87,7 @@ def test_day_by_day_equals_one_range_run(sqlite_settings, tmp_path):
     ranged_rows = _usage_rows(sqlite_settings.database_url)
     from dataclasses import replace
 
-    from pipelines.warehouse import upgrade
+    from pipelines.warehouse.engine import upgrade
 
     daily = replace(
         sqlite_settings, lake=str(tmp_path / "lake2"), database_url=f"sqlite:///{tmp_path / 'd.db'}"
@@ -192,7 +193,7 @@ def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgr
 
 @pytest.mark.postgres
 def test_copy_keeps_hostile_strings_and_nulls(postgres_settings):
-    from pipelines.warehouse import insert_arrow
+    from pipelines.warehouse.engine import insert_arrow
     from schemas.warehouse import UsageDailyError
 
     rows = pa.table(
@@ -261,7 +262,7 @@ def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
     pieces = type(whole)(
         whole.config, f"sqlite:///{tmp_path / 'p.db'}", str(tmp_path / "p-lake"), whole.landing
     )
-    from pipelines.warehouse import upgrade
+    from pipelines.warehouse.engine import upgrade
 
     upgrade(make_engine(pieces.database_url))
     seen_subs = []

@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from pipelines import quality
 from pipelines.errors import DataQualityError
-from pipelines.generate import GeneratorConfig, generate, to_json_lines
-from pipelines.jobs import ingest_and_aggregate
-from pipelines.warehouse import make_engine
+from pipelines.ingest import quality
+from pipelines.jobs.generate import GeneratorConfig, generate, to_json_lines
+from pipelines.jobs.run_day import ingest_and_aggregate
+from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import DqAcceptance, DqResult, UsageDaily
 
 DAY = dt.date(2026, 3, 23)  # a Monday; history on the three Mondays before

@@ -10,7 +10,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from pipelines import readers
+from pipelines.ingest import readers
 from schemas.jsonl import ROW_NUMBER, newline_count
 
 DAY = dt.date(2026, 3, 2)

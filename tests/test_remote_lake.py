@@ -13,12 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from billing.quota import own_pool_models
-from pipelines import ingest, meter
-from pipelines.accounts import load_accounts
-from pipelines.explain import as_dict, explain_event
-from pipelines.jobs import date_args, ingest_and_aggregate
-from pipelines.quota_view import backup_tank
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.ingest import events as ingest
+from pipelines.jobs.run_day import date_args, ingest_and_aggregate
+from pipelines.quota import meter
+from pipelines.quota.explain import as_dict, explain_event
+from pipelines.quota.show import backup_tank
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, IngestRun, PoolUsage, UsageDaily
 from tests import memfs
 from tests.conftest import small_dates, table_rows
@@ -133,7 +134,7 @@ def test_runs_stopped_on_an_object_store_are_finished_or_discarded_by_the_next(
 ):
     """Staging folders are prefixes there: the next ingest still finds them, rolls a journaled
     commit forward and discards a run that never reached its journal."""
-    from pipelines import faults
+    from pipelines.runtime import faults
 
     remote = _remote_settings(sqlite_settings, tmp_path)
     dates = small_dates()

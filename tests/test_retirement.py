@@ -17,13 +17,13 @@ import pyarrow.compute as pc
 import pytest
 from sqlalchemy import select, text
 
-from pipelines import adoption
-from pipelines.accounts import load_accounts
-from pipelines.generate import GeneratorConfig, generate, write_landing
-from pipelines.jobs import ingest_and_aggregate
-from pipelines.retirement import run as report
+from pipelines.adoption import weekly as adoption
+from pipelines.adoption.retirement import run as report
+from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine, upgrade
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import ModelMigration, ModelWeekly, RetirementCandidate
 from tests.conftest import CATALOG_PATH
 

@@ -14,10 +14,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from pipelines.cli import main
-from pipelines.invoicing import month_lock
-from pipelines.locks import step_lock
+from pipelines.invoicing.documents import month_lock
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine
+from pipelines.warehouse.engine import make_engine
+from pipelines.warehouse.locks import step_lock
 from schemas.warehouse import BillableUsage, IngestRun, Invoice, LakeBinding, RecomputeQueue, UsageDaily
 from tests.conftest import close_month, small_dates
 
@@ -140,7 +140,7 @@ def test_a_rerun_with_fewer_landing_files_keeps_the_quarantine_of_the_others(bui
 def _quarantine_files(lake_root: str, day: str) -> dict[str, int]:
     from collections import Counter
 
-    from pipelines.ingest import committed_quarantine
+    from pipelines.ingest.events import committed_quarantine
 
     table = committed_quarantine(lake_root, dt.date.fromisoformat(day))
     return dict(Counter(table["source_file"].to_pylist())) if table.num_rows else {}
@@ -327,7 +327,7 @@ def test_quarantined_rows_are_replayed_once_their_cause_is_fixed(sqlite_settings
 def _quarantine_reasons(lake_root: str, day: str) -> dict[str, int]:
     from collections import Counter
 
-    from pipelines.ingest import committed_quarantine
+    from pipelines.ingest.events import committed_quarantine
 
     table = committed_quarantine(lake_root, dt.date.fromisoformat(day))
     return dict(Counter(table["reason"].to_pylist())) if table.num_rows else {}
@@ -367,7 +367,7 @@ def test_reading_a_changed_file_refuses_instead_of_mixing(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.readers import LandingFileChanged, read_json_file, read_parquet_unit, stamp
+    from pipelines.ingest.readers import LandingFileChanged, read_json_file, read_parquet_unit, stamp
     from tests.data.bad.corpus import event, line
 
     path = tmp_path / "a.parquet"

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from pipelines import lake
 from pipelines.settings import Settings
-from pipelines.warehouse import make_engine
+from pipelines.warehouse.engine import make_engine
 from tests.conftest import CATALOG_PATH, close_month
 from tests.test_faults import cli
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from pipelines.beam_options import pipeline_options, run_pipeline
+from pipelines.runtime.options import pipeline_options, run_pipeline
 
 
 def test_the_command_line_collects_garbage_again_once_its_pipeline_starts():
@@ -13,7 +13,7 @@ def test_the_command_line_collects_garbage_again_once_its_pipeline_starts():
     it back on, with what start-up made frozen (later full passes skip it)."""
     import gc
 
-    from pipelines.startup import defer_collection_until_work
+    from pipelines.runtime.startup import defer_collection_until_work
 
     assert gc.isenabled()
     try:
@@ -36,7 +36,7 @@ def test_the_command_line_collects_garbage_again_once_its_pipeline_starts():
 def test_the_command_line_tunes_glibcs_allocator_where_there_is_one():
     import platform
 
-    from pipelines.startup import (
+    from pipelines.runtime.startup import (
         M_MMAP_THRESHOLD,
         M_TRIM_THRESHOLD,
         MMAP_THRESHOLD,

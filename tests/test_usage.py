@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from pipelines.generate import GeneratorConfig, generate, write_landing
-from pipelines.jobs import ingest_and_aggregate
-from pipelines.usage import DayPartials, model_daily, partial_usage, quantiles_from_histogram
-from pipelines.warehouse import make_engine
+from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.run_day import ingest_and_aggregate
+from pipelines.usage.partials import DayPartials, model_daily, partial_usage, quantiles_from_histogram
+from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDailyError
 
 

@@ -5,8 +5,8 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from pipelines.readers import RawChunk
-from pipelines.validate import Rules, parse_event_time, validate
+from pipelines.ingest.readers import RawChunk
+from pipelines.ingest.validate import Rules, parse_event_time, validate
 from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA, QUARANTINE_SCHEMA, RAW_JSON_SCHEMA
 from schemas.jsonl import ROW_NUMBER, read_json_lines
 
@@ -107,7 +107,7 @@ def test_a_parquet_file_gets_the_verdicts_and_rows_of_the_same_json(tmp_path, di
 
     import pyarrow.parquet as pq
 
-    from pipelines.readers import read_parquet_unit
+    from pipelines.ingest.readers import read_parquet_unit
 
     parsed = read_json_lines("\n".join(json.dumps(r) for r in MIXED).encode(), RAW_JSON_SCHEMA)
     path = tmp_path / "f.jsonl"  # the name validate gets for both, so _source_file agrees

@@ -1,0 +1,1 @@
+"""Adoption: weekly metrics, the decline detector, simulation, retirement reports and their pages."""

@@ -1,0 +1,1 @@
+"""events ingest: read landing files, validate, quarantine, deduplicate, commit, the quality gate."""

@@ -1,0 +1,378 @@
+"""Row checks on raw Arrow chunks, all vectorized: one boolean mask per rule, never a loop over rows.
+
+A row that breaks any rule goes to quarantine with every reason code it earned (comma-separated);
+the rest become lake rows in their in-flight form (INGEST_SCHEMA: the lake's columns, those of few
+values as dictionary arrays, plus ``_row_number`` until dedup drops it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.errors import UsageBillingError
+from pipelines.ingest.readers import SPEC_OK, RawChunk
+from schemas.events import (
+    DICTIONARY,
+    EVENT_SCHEMA,
+    INGEST_SCHEMA,
+    QUARANTINE_SCHEMA,
+    REQUIRED_FIELDS,
+    SPEED_TIERS,
+    STATUSES,
+    TIMESTAMP,
+    TOKEN_FIELDS,
+)
+from schemas.jsonl import ROW_NUMBER
+from schemas.limits import MAX_DURATION_MS, MAX_TOKENS_LIMIT
+
+_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?"
+_ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
+
+
+ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code")
+MAX_ID_LENGTH = 200  # the warehouse stores ids as VARCHAR(200)
+BLANK_CHECKED = ("event_id", "account_id")  # required ids: empty or only white space is no id
+_CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE2's syntax
+
+
+@dataclass(frozen=True)
+class Rules:
+    models: frozenset[str]
+    lateness_days: int = 35
+    max_tokens_per_event: int = 10_000_000
+    future_slack_hours: int = 24
+    # (model, tier) -> the first UTC day a price is in force (prices never end: the newest
+    # effective_from <= day applies). A pair missing here has no price at all.
+    priced_from: tuple[tuple[str, str, dt.date], ...] = ()
+    check_prices: bool = False  # on for a catalog's rules (for_catalog); off for rules without prices
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_tokens_per_event <= MAX_TOKENS_LIMIT:
+            raise UsageBillingError(
+                f"--max_tokens_per_event must be between 1 and {MAX_TOKENS_LIMIT:,}, "
+                f"got {self.max_tokens_per_event}"
+            )
+
+    @classmethod
+    def for_catalog(cls, catalog, **options: int) -> Rules:  # type: ignore[no-untyped-def]
+        first: dict[tuple[str, str], dt.date] = {}
+        for p in catalog.prices:
+            key = (p.model, p.tier)
+            first[key] = min(first.get(key, p.effective_from), p.effective_from)
+        priced = tuple(sorted((m, t, d) for (m, t), d in first.items()))
+        return cls(frozenset(catalog.model_ids), priced_from=priced, check_prices=True, **options)
+
+
+def _np_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean Arrow array -> numpy, nulls as False. Most checks find nothing: their answer is
+    known from the bitmap (``any``) without unpacking a byte per row."""
+    if not pc.any(arr).as_py():
+        return np.zeros(len(arr), bool)
+    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _missing(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Null rows (a column without nulls says so in its header: no row is looked at)."""
+    return _np_mask(col.is_null()) if col.null_count else np.zeros(len(col), bool)
+
+
+def _cast_time(col: pa.Array) -> pa.Array:
+    """ISO-8601 text with a zone -> UTC microseconds (parsed at ns precision, then truncated)."""
+    return pc.cast(pc.cast(col, pa.timestamp("ns", tz="UTC")), TIMESTAMP, safe=False)
+
+
+def _castable(col: pa.Array, candidates: np.ndarray) -> np.ndarray:
+    """Which candidate values Arrow's ISO-8601 parser accepts, by bisection (cost ~ bad values x log n)."""
+    ok = np.zeros(len(col), bool)
+    stack = [np.flatnonzero(candidates)]
+    while stack:
+        idx = stack.pop()
+        if len(idx) == 0:
+            continue
+        try:
+            _cast_time(col.take(pa.array(idx)))
+            ok[idx] = True
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            if len(idx) > 1:
+                stack.extend((idx[: len(idx) // 2], idx[len(idx) // 2 :]))
+    return ok
+
+
+def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """ISO-8601 text (or timestamps) -> UTC microseconds; returns (values, bad mask, no-zone mask).
+
+    A value is valid exactly when Arrow's ISO-8601 parser accepts it on its own: the date and time
+    must exist (no 2026-02-30, no 25:00) and a zone offset is required. One vectorized cast covers a
+    clean chunk; a chunk with bad values finds them by bisection, so a row's verdict never depends
+    on its neighbours.
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    n = len(col)
+    if pa.types.is_timestamp(col.type):
+        if col.type.tz is None:
+            return pa.nulls(n, TIMESTAMP), np.zeros(n, bool), ~_missing(col)
+        return (
+            pc.cast(col, TIMESTAMP, safe=False),
+            np.zeros(n, bool),
+            np.zeros(n, bool),
+        )  # ns: truncated, as text is
+    try:
+        return _cast_time(col), np.zeros(n, bool), np.zeros(n, bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    present = ~_missing(col)
+    zoned = present & _np_mask(pc.match_substring_regex(col, _ZONE))  # without a zone the parser refuses
+    ok = _castable(col, zoned)
+    values = _cast_time(pc.if_else(pa.array(ok), col, pa.nulls(n, pa.string())))
+    failed = present & ~ok
+    naive = failed & _np_mask(pc.match_substring_regex(col, _ISO + "$"))
+    return values, failed & ~naive, naive
+
+
+def validate(
+    chunk: RawChunk, landing_date: dt.date, source_file: str, rules: Rules
+) -> tuple[pa.Table, pa.Table]:
+    """(clean rows in LAKE_SCHEMA + _row_number, quarantine rows) for one raw chunk."""
+    raw = chunk.table
+    n = raw.num_rows
+    checks: list[tuple[str, np.ndarray]] = []
+    for name in REQUIRED_FIELDS:
+        if name != "event_time":
+            checks.append((f"missing_{name}", _missing(raw[name])))
+    times, bad_time, naive_time = parse_event_time(raw["event_time"])
+    checks.append(("missing_event_time", _missing(raw["event_time"])))
+    checks.append(("bad_event_time", bad_time))
+    checks.append(("naive_event_time", naive_time))
+    for name in BLANK_CHECKED:
+        checks.append((f"empty_{name}", _blank(raw[name])))
+    too_long = np.zeros(n, bool)
+    control = np.zeros(n, bool)
+    for name in ID_FIELDS:
+        too_long |= _too_long(raw[name])
+        control |= _control_characters(raw[name])
+    checks.append(("value_too_long", too_long))
+    checks.append(("control_character", control))
+    if SPEC_OK in raw.column_names:
+        checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
+    checks.append(("unknown_model", _not_in(raw["model"], rules.models)))
+    checks.append(("unknown_speed_tier", _not_in(raw["speed_tier"], SPEED_TIERS)))
+    checks.append(("unknown_status", _not_in(raw["status"], STATUSES)))
+    tokens = {name: raw[name] for name in TOKEN_FIELDS}
+    negative = np.zeros(n, bool)
+    too_big = np.zeros(n, bool)
+    for col in tokens.values():
+        negative |= _np_mask(pc.less(col, 0))
+        too_big |= _np_mask(pc.greater(col, rules.max_tokens_per_event))
+    checks.append(("negative_tokens", negative))
+    checks.append(("tokens_out_of_range", too_big))
+    checks.append(
+        ("cached_exceeds_input", _np_mask(pc.greater(tokens["cached_input_tokens"], tokens["input_tokens"])))
+    )
+    checks.append(("negative_duration", _np_mask(pc.less(raw["duration_ms"], 0))))
+    checks.append(("duration_out_of_range", _np_mask(pc.greater(raw["duration_ms"], MAX_DURATION_MS))))
+    if rules.check_prices:
+        checks.append(("no_price", _unpriced(raw, times, rules)))
+    day_start = dt.datetime.combine(landing_date, dt.time(), tzinfo=dt.UTC)
+    latest = day_start + dt.timedelta(days=1, hours=rules.future_slack_hours)
+    earliest = day_start - dt.timedelta(days=rules.lateness_days)
+    checks.append(("future_event", _np_mask(pc.greater_equal(times, pa.scalar(latest, TIMESTAMP)))))
+    checks.append(("too_late", _np_mask(pc.less(times, pa.scalar(earliest, TIMESTAMP)))))
+
+    bad = np.zeros(n, bool)
+    for _, mask in checks:
+        bad |= mask
+    any_bad = bool(bad.any())
+    if any_bad:
+        good_rows = pa.array(~bad)
+        raw, times = raw.filter(good_rows), times.filter(good_rows)
+    clean = _to_lake(raw, times, landing_date, source_file)  # no copy of a chunk without bad rows
+    quarantine = chunk.quarantine
+    if any_bad:
+        quarantine = pa.concat_tables(
+            [quarantine, _quarantine(chunk, bad, checks, landing_date, source_file)]
+        )
+    return clean, quarantine
+
+
+def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``check`` (a boolean Arrow function) of each row's value; for a dictionary column it runs once
+    per distinct value and each row takes its value's verdict."""
+    if col.type != DICTIONARY:
+        return _np_mask(check(col))
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    parts = []
+    for c in chunks:
+        verdict = _np_mask(check(c.dictionary))
+        if not verdict.any():  # no value fails (or there is none): no row does, nothing to look up
+            parts.append(np.zeros(len(c), bool))
+            continue
+        parts.append(verdict[c.indices.fill_null(0).to_numpy()] & ~_missing(c))
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+
+def _too_long(col: pa.ChunkedArray) -> np.ndarray:
+    """More than MAX_ID_LENGTH characters: counted only where the bytes (cheap: offsets) are over it."""
+    over = _per_value(col, lambda c: pc.greater(pc.binary_length(c), MAX_ID_LENGTH))
+    if over.any():
+        over[over] = _per_value(
+            col.take(pa.array(np.flatnonzero(over))), lambda c: pc.greater(pc.utf8_length(c), MAX_ID_LENGTH)
+        )
+    return over
+
+
+_SPACE_LEADS = np.zeros(256, bool)  # first bytes a string of white space can start with
+_SPACE_LEADS[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0xC2, 0xE1, 0xE2, 0xE3]] = True
+
+
+def _blank_values(c: pa.Array) -> pa.Array:
+    """Empty, or only white space (the exact check, per value)."""
+    return pc.or_(pc.equal(pc.binary_length(c), 0), pc.utf8_is_space(c))
+
+
+def _blank(col: pa.ChunkedArray) -> np.ndarray:
+    """Present but empty, or only white space. A string whose first byte cannot begin white space is
+    neither (nearly every id): only the others go through the Unicode check."""
+    if col.type == DICTIONARY:
+        return _per_value(col, _blank_values)
+    parts = []
+    for c in col.chunks if isinstance(col, pa.ChunkedArray) else [col]:
+        if not pa.types.is_string(c.type) or c.buffers()[2] is None:
+            parts.append(_np_mask(_blank_values(c)))
+            continue
+        offsets = np.frombuffer(c.buffers()[1], np.int32)[c.offset : c.offset + len(c) + 1]
+        data = np.frombuffer(c.buffers()[2], np.uint8)
+        starts, lengths = offsets[:-1], np.diff(offsets)
+        first = data[np.minimum(starts, max(len(data) - 1, 0))] if len(data) else np.zeros(len(c), np.uint8)
+        suspect = ((lengths == 0) | _SPACE_LEADS[first]) & ~_missing(c)
+        if suspect.any():
+            idx = np.flatnonzero(suspect)
+            suspect[idx] = _np_mask(_blank_values(c.take(pa.array(idx))))
+        parts.append(suspect)
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+
+def _control_characters(col: pa.ChunkedArray) -> np.ndarray:
+    """Values holding a control character. Printable ASCII (nearly every id) is cleared by one cheap
+    kernel; only the other values go through the regular expression."""
+    suspect = _per_value(col, lambda c: pc.invert(pc.ascii_is_printable(c)))
+    if suspect.any():
+        idx = np.flatnonzero(suspect)
+        suspect[idx] = _per_value(col.take(pa.array(idx)), lambda c: pc.match_substring_regex(c, _CONTROL))
+    return suspect
+
+
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """(index of each row's value, the distinct values): a dictionary column as it is, text encoded."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    return arr.indices.fill_null(0).to_numpy(), arr.dictionary.to_pylist()
+
+
+_EPOCH = dt.date(1970, 1, 1)
+_DAY_US = 86_400_000_000
+
+
+def _unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
+    """Rows of a catalog model and a known tier whose UTC day is before the first price of that pair
+    (or the pair has none): they could never be invoiced, so they stop here instead of blocking the
+    month's draft later.
+
+    Only the (model, tier) pairs whose first price comes after the chunk's earliest day can have such
+    rows (usually none): their rows are found by the pair's code, and only those rows' days are looked
+    at. No loop over rows, and nearly no work on a chunk whose pairs were all priced by then."""
+    n = raw.num_rows
+    micros = pc.cast(times, pa.int64())  # as integers: a time past Python's year 9999 is still a number
+    lo = pc.min(micros).as_py()
+    if lo is None:
+        return np.zeros(n, bool)
+    earliest = lo // _DAY_US
+    models, model_values = _codes(raw["model"])
+    tiers, tier_values = _codes(raw["speed_tier"])
+    first = {(m, t): (d - _EPOCH).days for m, t, d in rules.priced_from}
+    suspect = [
+        (i * len(tier_values) + j, first.get((m, t)))
+        for i, m in enumerate(model_values)
+        if m in rules.models
+        for j, t in enumerate(tier_values)
+        if t in SPEED_TIERS and first.get((m, t), earliest + 1) > earliest
+    ]
+    if not suspect:
+        return np.zeros(n, bool)
+    codes = models.astype(np.int64) * len(tier_values) + tiers
+    present = ~_missing(raw["model"]) & ~_missing(raw["speed_tier"]) & ~_missing(times)
+    out = np.zeros(n, bool)
+    us = micros.fill_null(0).to_numpy()
+    for code, day in suspect:
+        rows = np.flatnonzero((codes == code) & present)
+        if len(rows):
+            out[rows] = True if day is None else us[rows] // _DAY_US < day
+    return out
+
+
+def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:  # type: ignore[no-untyped-def]
+    present = ~_missing(col)
+    return present & ~_per_value(col, lambda c: pc.is_in(c, value_set=pa.array(sorted(allowed), pa.string())))
+
+
+def _to_lake(raw: pa.Table, times: pa.Array, landing_date: dt.date, source_file: str) -> pa.Table:
+    fields = {f.name: f for f in INGEST_SCHEMA}
+    cols = {
+        f.name: (times if f.name == "event_time" else _as(raw[f.name], fields[f.name].type))
+        for f in EVENT_SCHEMA
+    }
+    n = raw.num_rows
+    cols["_landing_date"] = pa.array(np.full(n, np.datetime64(landing_date, "D"))).cast(pa.date32())
+    cols["_source_file"] = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, np.int32)), pa.array([source_file], pa.string())
+    )
+    cols[ROW_NUMBER] = raw[ROW_NUMBER]
+    return pa.table(cols, schema=INGEST_SCHEMA.append(pa.field(ROW_NUMBER, pa.int64())))
+
+
+def _as(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
+    """``col`` as INGEST_SCHEMA's type: a JSON chunk's text (or a Parquet file's other dictionary
+    type) is dictionary-encoded; a Parquet column read as a dictionary is kept as it is."""
+    if typ == DICTIONARY and col.type != DICTIONARY:
+        return pc.dictionary_encode(col.cast(pa.string()))
+    return col.cast(typ)
+
+
+def _rows_as_json(rows: pa.Table) -> pa.Array:
+    """Quarantined Parquet rows as JSON lines (what a replay reads back). Times are written by Arrow
+    as ISO-8601 text first: a time past Python's year 9999 has no Python value, but it is still data."""
+    times = [i for i, f in enumerate(rows.schema) if pa.types.is_timestamp(f.type)]
+    for i in times:
+        rows = rows.set_column(i, rows.schema.field(i).name, pc.cast(rows.column(i), pa.string()))
+    return pa.array([json.dumps(r, default=str) for r in rows.to_pylist()], pa.string())
+
+
+def _quarantine(chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_file: str) -> pa.Table:  # type: ignore[no-untyped-def]
+    idx = pa.array(np.flatnonzero(bad))
+    rows = chunk.table.take(idx)
+    parts = [pc.if_else(pa.array(mask[bad]), code + ",", "") for code, mask in checks if mask.any()]
+    reasons = pc.binary_join_element_wise(*parts, "") if parts else pa.array([""] * len(rows))
+    reasons = pc.utf8_rtrim(reasons, characters=",")
+    raw_text = chunk.raw_lines(rows[ROW_NUMBER])
+    if raw_text is None:  # Parquet: the row itself, as JSON (only for quarantined rows)
+        raw_text = _rows_as_json(rows.drop_columns([ROW_NUMBER]))
+    n = len(rows)
+    return pa.table(
+        {
+            "landing_date": pa.array([landing_date] * n, pa.date32()),
+            "source_file": pa.array([source_file] * n, pa.string()),
+            "row_number": rows[ROW_NUMBER],
+            "event_id": rows["event_id"],
+            "reason": reasons,
+            "detail": pa.nulls(n, pa.string()),
+            "raw": raw_text,
+        },
+        schema=QUARANTINE_SCHEMA,
+    )

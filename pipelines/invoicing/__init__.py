@@ -1,0 +1,1 @@
+"""invoices: drafts, finalization, voids and adjustments (documents), and their export."""

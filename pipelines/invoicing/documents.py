@@ -1,0 +1,454 @@
+"""Invoices in the warehouse: draft, finalize, void (``billing.invoices`` computes the lines).
+
+    usage-billing invoices draft --month 2026-03
+    usage-billing invoices finalize --month 2026-03
+    usage-billing invoices void --number INV-202603-000017 --reason "duplicate account"
+
+Each command is one transaction under the month's step lock (``pipelines.warehouse.locks``: a second run exits
+75 or waits ``USAGE_BILLING_LOCK_WAIT``), so two drafters or finalizers of one month never interleave.
+Only a closed month is drafted (unless ``open_month``) or finalized: ``open_reason`` says why not.
+
+- draft: replaces the month's drafts only. An account without a finalized document for the month
+  gets an invoice; an account with one gets an adjustment document whose lines are the difference
+  between the recomputed truth and what its finalized documents billed (none if nothing changed).
+- finalize: numbers the month's drafts ``INV-YYYYMM-NNNNNN`` gaplessly (a counter row per month,
+  locked) and freezes them; the database refuses later changes (triggers, migration 0005).
+- void: a finalized document becomes void with a reason; the next draft bills the account afresh.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy import (
+    Connection,
+    Date,
+    Engine,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.types import TIMESTAMP
+
+from billing.invoices import (
+    BILLABLE_SCHEMA,
+    LINE_SCHEMA,
+    PLAN_SCHEMA,
+    build_lines,
+    difference,
+    month_bounds,
+    totals,
+    utc_span,
+)
+from billing.pricing import MissingPriceError
+from pipelines.errors import UsageBillingError
+from pipelines.quota.remeter import out_of_date
+from pipelines.runtime import faults
+from pipelines.warehouse.engine import as_date, as_utc, insert_arrow, read_arrow
+from pipelines.warehouse.locks import step_lock
+from schemas.catalog import Catalog
+from schemas.limits import date_problem
+from schemas.warehouse import (
+    Account,
+    BillableUsage,
+    IngestRun,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    MeteredDate,
+    RecomputeQueue,
+)
+
+MAX_NUMBER = 999_999
+
+
+@dataclass(frozen=True)
+class DraftResult:
+    month: str
+    invoices: int
+    adjustments: int
+    lines: int
+    total: object  # Decimal: the sum of the drafts' totals
+    replaced_drafts: int
+    open_month: bool = False  # the month was not closed: the drafts are marked and cannot be finalized
+
+
+def check_month(month: str) -> str:
+    """``month`` as YYYY-MM; a malformed month or one outside the supported dates is one line."""
+    if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month or ""):
+        raise UsageBillingError(f"--month must look like 2026-03, got {month!r}")
+    try:
+        first, last = month_bounds(month)
+    except ValueError:
+        raise UsageBillingError(f"--month must look like 2026-03, got {month!r}") from None
+    problem = date_problem(first) or date_problem(last)
+    if problem:
+        raise UsageBillingError(f"--month {month} {problem}")
+    return first.strftime("%Y-%m")
+
+
+def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date | None = None) -> str | None:
+    """Why ``month`` is not closed yet (None when it is). A month is closed when every local day of it,
+    in every account's timezone, was ingested, with ``[invoicing] close_grace_days`` more landing days
+    for late data, and metered after the last ingest that changed its UTC days, under the accounts and
+    the catalog's plans as they are now (``pipelines.quota.remeter``). Landing dates before
+    the first one ever ingested held nothing: the platform had no events then."""
+    today = today or dt.datetime.now(dt.UTC).date()
+    first, last = month_bounds(month)
+    a = Account.__table__.c
+    zones = set(
+        conn.execute(
+            select(a.timezone)
+            .distinct()
+            .where(a.active_from <= last, or_(a.active_until.is_(None), a.active_until >= first))
+        ).scalars()
+    ) | {"UTC"}
+    utc_first, utc_last = utc_span(month, zones)
+    grace = catalog.invoicing.close_grace_days
+    needed = utc_last + dt.timedelta(days=grace)
+    if needed >= today:
+        return (
+            f"it closes once landing date {needed} is over and ingested (its last UTC day {utc_last} + "
+            f"{grace} days of grace for late data); today is {today}"
+        )
+    r = IngestRun.__table__.c
+    first_ever = conn.execute(select(func.min(r.landing_date))).scalar()
+    if first_ever is None:
+        return "nothing was ingested yet"
+    start = max(utc_first, as_date(first_ever))
+    ingested = {
+        as_date(d)
+        for d in conn.execute(
+            select(r.landing_date).distinct().where(r.landing_date.between(start, needed))
+        ).scalars()
+    }
+    for i in range((needed - start).days + 1):
+        day = start + dt.timedelta(days=i)
+        if day not in ingested:
+            return f"landing date {day} is not ingested (the month needs landing dates {start} .. {needed})"
+    m = MeteredDate.__table__.c
+    metered = {
+        as_date(d): as_utc(at)
+        for d, at in conn.execute(select(m.local_day, m.metered_at).where(m.local_day.between(first, last)))
+    }
+    for i in range((last - first).days + 1):
+        day = first + dt.timedelta(days=i)
+        if day not in metered:
+            return f"local day {day} is not metered: run `usage-billing quota meter --month {month}`"
+    stale = stale_reason(conn, catalog, month)
+    if stale:
+        return stale
+    q = RecomputeQueue.__table__.c
+    oldest = min(metered.values())
+    changed = conn.execute(
+        select(q.day, func.max(q.queued_at))
+        .where(q.day.between(utc_first, utc_last))
+        .group_by(q.day)
+        .order_by(q.day)
+    ).all()
+    for day, queued in changed:
+        if as_utc(queued) > oldest:
+            return (
+                f"UTC day {as_date(day)} changed (an ingest at {as_utc(queued):%Y-%m-%d %H:%M} UTC) after "
+                "the month was metered: run `usage-billing run-day --date ...` or "
+                f"`usage-billing quota meter --month {month}`"
+            )
+    return None
+
+
+def stale_reason(conn: Connection, catalog: Catalog, month: str) -> str | None:
+    """Why the month's metering does not match the accounts and the catalog's plans as they are now
+    (None when it does): drafts would take plan fees from one version and usage from another."""
+    first, last = month_bounds(month)
+    stale = out_of_date(conn, catalog, first, last)
+    if not stale:
+        return None
+    return (
+        f"local day {stale[0].day} is out of date ({stale[0].why}; {len(stale)} day(s) of the month): "
+        f"run `usage-billing run-day --date ...` or `usage-billing quota meter --stale`"
+    )
+
+
+def month_lock(month: str) -> str:
+    """The step lock every draft, finalize and void of ``month`` holds (warehouse.locks: a second run
+    exits 75 or waits USAGE_BILLING_LOCK_WAIT seconds)."""
+    return f"invoices {month}"
+
+
+def lock_month(conn: Connection, month: str) -> None:
+    """Inside the month's step lock: make sure the month's counter row exists (on SQLite this first
+    write takes the database's write lock for the transaction)."""
+    insert_ = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    conn.execute(
+        insert_(InvoiceCounter.__table__).values(period=month, last_number=0).on_conflict_do_nothing()
+    )
+
+
+def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False) -> DraftResult:
+    """Draft ``month``: only a closed month, unless ``open_month`` asks for drafts of an open one
+    (marked ``open_month``, never finalized). A future month is always refused."""
+    month = check_month(month)
+    first, last = month_bounds(month)
+    now = dt.datetime.now(dt.UTC)
+    if first > now.date():
+        raise UsageBillingError(f"cannot draft {month}: it has not started yet (today is {now.date()})")
+    with step_lock(engine, month_lock(month)), engine.begin() as conn:
+        lock_month(conn, month)
+        stale = stale_reason(conn, catalog, month)
+        if stale:  # even for an open month's drafts: fees and usage must come from one version
+            raise UsageBillingError(f"cannot draft {month}: {stale}")
+        still_open = open_reason(conn, catalog, month)
+        if still_open and not open_month:
+            raise UsageBillingError(
+                f"cannot draft {month}: the month is not closed: {still_open}; to see drafts of the open "
+                "month anyway, add --open-month (they are marked so and never finalized)"
+            )
+        billable = _billable(conn, first, last, catalog)
+        plans = _plans(conn, first, last)
+        try:
+            truth = build_lines(billable, plans, catalog, month)
+        except MissingPriceError as exc:
+            raise UsageBillingError(f"cannot draft {month}: {exc}") from None
+        replaced = _delete_drafts(conn, month)
+        docs = _documents(conn, month)
+        billed_accounts = pa.array(
+            sorted({d.account_id for d in docs if d.status == "finalized"}), pa.string()
+        )
+        is_billed = pc.is_in(truth["account_id"], value_set=billed_accounts)
+        fresh = truth.filter(pc.invert(is_billed))
+        adjustments = difference(truth.filter(is_billed), _billed_lines(conn, month))
+        invoices = _invoice_rows(fresh, "invoice", plans, docs, month, catalog, now)
+        adjusting = _invoice_rows(adjustments, "adjustment", plans, docs, month, catalog, now)
+        header = pa.concat_tables([invoices, adjusting])
+        header = header.append_column(
+            "open_month", pa.array([bool(still_open)] * header.num_rows, pa.bool_())
+        )
+        lines = pa.concat_tables([fresh, adjustments])
+        ids = header.select(["account_id", "invoice_id"])
+        lines = lines.join(ids, "account_id").drop_columns(["account_id"])
+        insert_arrow(conn, Invoice.__table__, header)
+        insert_arrow(conn, InvoiceLine.__table__, lines)
+    total = pc.sum(header["total"]).as_py() if header.num_rows else 0
+    return DraftResult(
+        month, invoices.num_rows, adjusting.num_rows, lines.num_rows, total, replaced, bool(still_open)
+    )
+
+
+def _billable(conn: Connection, first: dt.date, last: dt.date, catalog: Catalog) -> pa.Table:
+    """The month's billable usage summed per account, model, tier, kind and price in force.
+
+    Rows whose rate days share a price collapse into one (``rate_day`` = the first of them), so the
+    database returns about one row per account, model, tier and kind instead of one per day.
+    """
+    b = BillableUsage.__table__.c
+    keys = [b.account_id, b.model, b.speed_tier, b.token_kind, price_in_force(b, catalog)]
+    query = (
+        select(*keys[:4], func.min(b.rate_day), func.sum(b.included_tokens), func.sum(b.overage_tokens))
+        .where(b.local_day.between(first, last))
+        .group_by(*keys)
+    )
+    return read_arrow(conn, query, BILLABLE_SCHEMA)
+
+
+def price_in_force(b, catalog: Catalog):  # type: ignore[no-untyped-def]
+    """SQL for the effective_from of the price in force on ``rate_day`` (null where none): a CASE
+    built from the catalog, newest price first (its size follows the catalog, not the data)."""
+    starts = sorted(
+        {(p.model, p.tier, p.effective_from) for p in catalog.prices}, key=lambda s: s[2], reverse=True
+    )
+    if not starts:
+        return literal(None, Date)
+    whens = [
+        (
+            and_(b.model == model, b.speed_tier == tier, b.rate_day >= literal(start, Date)),
+            literal(start, Date),
+        )
+        for model, tier, start in starts
+    ]
+    return case(*whens, else_=literal(None, Date))
+
+
+def _plans(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
+    a = Account.__table__.c
+    query = select(a.account_id, a.plan, a.active_from, a.active_until).where(
+        a.active_from <= last, or_(a.active_until.is_(None), a.active_until >= first)
+    )
+    return read_arrow(conn, query, PLAN_SCHEMA)
+
+
+def _delete_drafts(conn: Connection, month: str) -> int:
+    i, line = Invoice.__table__, InvoiceLine.__table__
+    drafts = select(i.c.invoice_id).where(i.c.period == month, i.c.status == "draft")
+    conn.execute(delete(line).where(line.c.invoice_id.in_(drafts)))
+    return conn.execute(delete(i).where(i.c.period == month, i.c.status == "draft")).rowcount
+
+
+def _documents(conn: Connection, month: str) -> list:  # type: ignore[type-arg]
+    i = Invoice.__table__.c
+    query = select(i.account_id, i.sequence, i.kind, i.status, i.invoice_number).where(i.period == month)
+    return list(conn.execute(query))
+
+
+def _billed_lines(conn: Connection, month: str) -> pa.Table:
+    """Lines of the month's finalized (not void) documents: what was billed so far."""
+    i, line = Invoice.__table__.c, InvoiceLine.__table__.c
+    query = (
+        select(*(line[c] if c != "account_id" else i.account_id for c in LINE_SCHEMA.names))
+        .select_from(InvoiceLine.__table__.join(Invoice.__table__, line.invoice_id == i.invoice_id))
+        .where(i.period == month, i.status == "finalized")
+    )
+    return read_arrow(conn, query, LINE_SCHEMA)
+
+
+def _invoice_rows(
+    lines: pa.Table, kind: str, plans: pa.Table, docs: list, month: str, catalog: Catalog, now: dt.datetime
+) -> pa.Table:  # type: ignore[type-arg]
+    """One document per account of ``lines``: ids, sequence, plan names, subtotal and total."""
+    sums = totals(lines).sort_by("account_id")
+    accounts = sums["account_id"].to_pylist()
+    next_seq: dict[str, int] = {}
+    corrects: dict[str, str] = {}
+    for d in docs:
+        next_seq[d.account_id] = max(next_seq.get(d.account_id, 1), d.sequence + 1)
+        if d.status == "finalized" and d.kind == "invoice":
+            corrects[d.account_id] = d.invoice_number
+    named = plans.filter(pc.is_valid(plans["plan"]))
+    by_account = named.group_by("account_id").aggregate([("plan", "distinct")])
+    plan_of = dict(
+        zip(
+            by_account["account_id"].to_pylist(),
+            (",".join(sorted(p)) for p in by_account["plan_distinct"].to_pylist()),
+            strict=True,
+        )
+    )
+    n = len(accounts)
+    return pa.table(
+        {
+            "invoice_id": pa.array([str(uuid.uuid4()) for _ in range(n)], pa.string()),
+            "account_id": sums["account_id"],
+            "period": pa.array([month] * n, pa.string()),
+            "sequence": pa.array([next_seq.get(a, 1) for a in accounts], pa.int32()),
+            "kind": pa.array([kind] * n, pa.string()),
+            "status": pa.array(["draft"] * n, pa.string()),
+            "corrects": pa.array(
+                [corrects.get(a) if kind == "adjustment" else None for a in accounts], pa.string()
+            ),
+            "plan": pa.array([plan_of.get(a) for a in accounts], pa.string()),
+            "currency": pa.array([catalog.currency] * n, pa.string()),
+            "subtotal": sums["subtotal"],
+            "total": sums["total"],
+            "created_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class FinalizeResult:
+    month: str
+    finalized: int
+    first_number: str | None
+    last_number: str | None
+
+
+def invoice_number(month: str, n: int) -> str:
+    return f"INV-{month.replace('-', '')}-{n:06d}"
+
+
+def finalize(engine: Engine, catalog: Catalog, month: str) -> FinalizeResult:
+    """Number every draft of the month in one transaction, gaplessly, in (account, sequence) order.
+    An open month is never numbered, nor are drafts made while it was open."""
+    month = check_month(month)
+    i = Invoice.__table__
+    counter = InvoiceCounter.__table__
+    with step_lock(engine, month_lock(month)), engine.begin() as conn:
+        lock_month(conn, month)
+        still_open = open_reason(conn, catalog, month)
+        if still_open:
+            raise UsageBillingError(f"cannot finalize {month}: the month is not closed: {still_open}")
+        early = conn.execute(
+            select(func.count())
+            .select_from(i)
+            .where(i.c.period == month, i.c.status == "draft", i.c.open_month)
+        ).scalar_one()
+        if early:
+            raise UsageBillingError(
+                f"cannot finalize {month}: its {early:,} drafts were made while the month was open; "
+                f"draft it again now that it is closed (`usage-billing invoices draft --month {month}`)"
+            )
+        last_query = select(counter.c.last_number).where(counter.c.period == month)
+        if conn.dialect.name == "postgresql":
+            last_query = last_query.with_for_update()
+        last = conn.execute(last_query).scalar_one()
+        count = conn.execute(
+            select(func.count()).select_from(i).where(i.c.period == month, i.c.status == "draft")
+        ).scalar_one()
+        if count == 0:
+            return FinalizeResult(month, 0, None, None)
+        if last + count > MAX_NUMBER:
+            raise UsageBillingError(f"{month}: {last + count} invoices exceed the 6-digit number range")
+        pad = (
+            "lpad(CAST(:last + d.n AS TEXT), 6, '0')"
+            if conn.dialect.name == "postgresql"
+            else "printf('%06d', :last + d.n)"
+        )
+        statement = text(
+            f"""
+            UPDATE invoices SET status = 'finalized', finalized_at = :now,
+                   invoice_number = :prefix || {pad}
+            FROM (SELECT invoice_id, row_number() OVER (ORDER BY account_id, sequence) AS n
+                  FROM invoices WHERE period = :month AND status = 'draft') AS d
+            WHERE invoices.invoice_id = d.invoice_id
+            """
+        ).bindparams(bindparam("now", type_=TIMESTAMP(timezone=True)))
+        done = conn.execute(
+            statement,
+            {
+                "now": dt.datetime.now(dt.UTC),
+                "prefix": f"INV-{month.replace('-', '')}-",
+                "last": last,
+                "month": month,
+            },
+        ).rowcount
+        if done != count:
+            raise UsageBillingError(f"{month}: finalized {done} of {count} drafts; rolled back")
+        faults.checkpoint("invoices.finalize")
+        conn.execute(update(counter).where(counter.c.period == month).values(last_number=last + count))
+    return FinalizeResult(month, count, invoice_number(month, last + 1), invoice_number(month, last + count))
+
+
+def void(engine: Engine, number: str, reason: str) -> str:
+    """Void a finalized document; returns its account id. The reason is required and recorded."""
+    if not reason.strip():
+        raise UsageBillingError("a void needs a --reason")
+    found = re.fullmatch(r"INV-(\d{4})(\d{2})-\d{6}", number)
+    if not found:
+        raise UsageBillingError(f"no invoice numbered {number} (numbers look like INV-202603-000017)")
+    i = Invoice.__table__
+    with step_lock(engine, month_lock(f"{found[1]}-{found[2]}")), engine.begin() as conn:
+        row = conn.execute(select(i.c.account_id, i.c.status).where(i.c.invoice_number == number)).first()
+        if row is None:
+            raise UsageBillingError(f"no invoice numbered {number}")
+        if row.status != "finalized":
+            raise UsageBillingError(
+                f"invoice {number} is {row.status}: only a finalized invoice can be voided"
+            )
+        conn.execute(
+            update(i)
+            .where(and_(i.c.invoice_number == number, i.c.status == "finalized"))
+            .values(status="void", voided_at=dt.datetime.now(dt.UTC), void_reason=reason.strip())
+        )
+    return row.account_id

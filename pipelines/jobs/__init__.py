@@ -1,0 +1,1 @@
+"""Jobs: run-day (the one chain every caller uses), the Airflow task functions, the demo and the generator."""

@@ -1,0 +1,169 @@
+"""Multi-step jobs: what ``run-day`` and ``demo`` chain together (the CLI and the DAGs call these).
+
+Each step is a ``run(argv)`` of one pipeline; a job only decides which dates each step gets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, delete, select
+
+from billing.quota import Coupling
+from pipelines.ingest import events as ingest
+from pipelines.quota import meter
+from pipelines.quota.remeter import stale_dates
+from pipelines.settings import Settings
+from pipelines.usage import aggregate
+from schemas.catalog import Catalog
+
+Step = Callable[[str], None]  # progress callback: called with a step name when it starts
+
+
+@dataclass
+class DayResult:
+    ingest: ingest.IngestResult
+    aggregated: list[dt.date] = field(default_factory=list)
+    metered: list[str] = field(default_factory=list)  # per metering run: its dates, what it started from
+
+
+def date_args(dates: list[dt.date]) -> list[str]:
+    if len(dates) == 1:
+        return ["--date", dates[0].isoformat()]
+    return ["--from", dates[0].isoformat(), "--to", dates[-1].isoformat()]
+
+
+def contiguous(dates: list[dt.date]) -> list[list[dt.date]]:
+    """Split sorted dates into runs of consecutive days (one pipeline run per run of days)."""
+    runs: list[list[dt.date]] = []
+    for d in sorted(set(dates)):
+        if runs and (d - runs[-1][-1]).days == 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
+def meter_dates_for(utc_dates: list[dt.date], catalog: Catalog) -> list[dt.date]:
+    """Local dates to re-meter when these UTC dates changed.
+
+    A UTC date's events fall on the local dates around it (UTC-12 .. UTC+14); an event changes the
+    balances of every later event its pools reach, through coupled pools of other periods too, so
+    metering runs to ``Coupling.affects_until`` of those dates.
+    """
+    coupling = Coupling(catalog)
+    local: set[dt.date] = set()
+    for d in utc_dates:
+        start = d - dt.timedelta(days=1)
+        end = coupling.affects_until(d + dt.timedelta(days=1))
+        local.update(start + dt.timedelta(days=i) for i in range((end - start).days + 1))
+    return sorted(local)
+
+
+def meter_runs(settings: Settings, dates: list[dt.date], beam_args: list[str] | None = None) -> list[str]:
+    """Meter ``dates`` in runs of consecutive days; per run its dates and what it started from."""
+    done = []
+    for run_dates in contiguous(dates):
+        notes: list[str] = []
+        meter.run([*settings.argv(), *date_args(run_dates), *(beam_args or [])], notes=notes)
+        done.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in notes))
+    return done
+
+
+def out_of_date_days(settings: Settings, month: str | None = None) -> list[dt.date]:
+    """The metered days (of ``month`` only, if given) an accounts load or a change of the catalog's
+    plans made out of date (``pipelines.quota.remeter``)."""
+    from pipelines.warehouse.engine import make_engine, require_schema
+
+    engine = make_engine(settings.database_url)
+    try:
+        require_schema(engine)
+        return stale_dates(engine, settings.catalog, month)
+    finally:
+        engine.dispose()
+
+
+def meter_changed(
+    settings: Settings, utc_dates: list[dt.date], beam_args: list[str] | None = None
+) -> list[str]:
+    """The meter step of ``run-day`` and the daily DAG: every local date the changed UTC dates reach
+    (``meter_dates_for``) and every out-of-date metered day (``out_of_date_days``). Per metering run:
+    its dates, what it started from."""
+    local = set(meter_dates_for(utc_dates, settings.catalog)) | set(out_of_date_days(settings))
+    return meter_runs(settings, sorted(local), beam_args)
+
+
+def queued(engine: Engine) -> list[tuple[dt.date, str]]:
+    """(event date, ingest run id) rows of the recompute queue: changed partitions not yet taken
+    through aggregate and meter."""
+    from schemas.warehouse import RecomputeQueue
+
+    q = RecomputeQueue.__table__
+    with engine.connect() as conn:
+        return [(r.day, r.run_id) for r in conn.execute(select(q.c.day, q.c.run_id))]
+
+
+def with_queued(engine: Engine, dates: list[dt.date]) -> tuple[list[dt.date], list[tuple[dt.date, str]]]:
+    """(``dates`` and every queued date, sorted; the queue rows read): what a run takes downstream,
+    and what it may remove from the queue when it is done."""
+    queue = queued(engine)
+    return sorted(set(dates) | {day for day, _ in queue}), queue
+
+
+def dequeue(engine: Engine, rows: list[tuple[dt.date, str]], done: list[dt.date]) -> None:
+    """Remove the queue rows read before the work started whose date went through downstream; a row
+    an ingest queued meanwhile (another run id) stays for the next run."""
+    from schemas.warehouse import RecomputeQueue
+
+    q = RecomputeQueue.__table__
+    done_days = set(done)
+    finished = [(day, run_id) for day, run_id in rows if day in done_days]
+    with engine.begin() as conn:
+        for day, run_id in finished:
+            conn.execute(delete(q).where(q.c.day == day, q.c.run_id == run_id))
+
+
+def ingest_and_aggregate(
+    settings: Settings,
+    dates: list[dt.date],
+    beam_args: list[str] | None = None,
+    on_step: Step | None = None,
+    accept_reason: str | None = None,
+    ingested: ingest.IngestResult | None = None,
+) -> DayResult:
+    """Ingest the landing dates, gate the changed partitions on data quality, then aggregate them and
+    every past date that late events changed. A date whose gate failed is not aggregated; after the
+    others are done, the run fails with one message naming it (unless ``accept_reason`` accepts it).
+    ``ingested``: the ingest already ran (a replay of quarantined rows): only what follows it runs.
+    """
+    from pipelines.ingest import quality
+    from pipelines.warehouse.engine import make_engine
+
+    step = on_step or (lambda _: None)
+    beam_args = list(beam_args or [])
+    step("ingest")
+    result = ingested or ingest.run([*settings.argv(), *date_args(dates), *beam_args])
+    engine = make_engine(settings.database_url)
+    # with the dates earlier runs changed but never took downstream (a killed run-day)
+    todo, queue = with_queued(engine, [*dates, *result.changed_dates])
+    step("data quality")
+    reports = quality.check_partitions(engine, settings.lake, settings.catalog, todo, result.run_id)
+    if accept_reason:
+        for report in reports:
+            if report.blocked and report.day in dates:
+                quality.accept(engine, report.day, accept_reason)
+                report.accepted = True
+                quality.write_html(settings.lake, report)
+    blocked = {r.day for r in reports if r.blocked}
+    runnable = [d for d in todo if d not in blocked]
+    step("aggregate")
+    for run_dates in contiguous(runnable):
+        aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
+    step("meter")
+    metered = meter_changed(settings, runnable, beam_args)
+    dequeue(engine, queue, runnable)
+    engine.dispose()
+    quality.require_passed(reports, settings.lake)
+    return DayResult(result, runnable, metered)

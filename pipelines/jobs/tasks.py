@@ -1,0 +1,208 @@
+"""The steps the Airflow DAGs run, one function per task, each on its own partition (date or month).
+
+The DAG files stay thin (STYLE.md): every task calls one function here with plain values (ISO dates,
+months) and returns plain values for XCom. Settings come from the USAGE_BILLING_* environment
+variables (``Settings.from_env``), read when a task runs, never when a DAG file is parsed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from sqlalchemy import text
+
+from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.settings import Settings
+
+
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+def month_grace_days() -> int:
+    """Landing days after a month's end when it closes for invoicing: its last UTC day can be the day
+    after the month (accounts west of UTC), plus the catalog's ``[invoicing] close_grace_days``."""
+    return 1 + settings().catalog.invoicing.close_grace_days
+
+
+def landing_ready(day: str) -> bool:
+    """The landing folder of ``day`` exists and holds at least one file."""
+    from pipelines import lake
+
+    folder = lake.join(settings().landing, day)
+    return lake.folder_exists(folder) and bool(lake.list_files(folder, "*"))
+
+
+def ingest_day(day: str) -> dict:
+    """Ingest one landing date; returns the run id and every event date whose partition changed."""
+    from pipelines.ingest import events as ingest
+    from pipelines.jobs.run_day import date_args, with_queued
+    from pipelines.warehouse.engine import make_engine
+
+    s = settings()
+    result = ingest.run([*s.argv(), *date_args([dt.date.fromisoformat(day)])])
+    engine = make_engine(s.database_url)
+    # with the dates an earlier run changed but did not take downstream
+    changed, queue = with_queued(engine, [dt.date.fromisoformat(day), *result.changed_dates])
+    engine.dispose()
+    return {
+        "run_id": result.run_id,
+        "dates": [d.isoformat() for d in changed],
+        "queue": [[d.isoformat(), run_id] for d, run_id in queue],
+    }
+
+
+def quality_gate(ingested: dict) -> list[str]:
+    """Validate the changed partitions; returns the dates that may go downstream.
+
+    A failed error-level check on any of them stops the run (DataQualityError names the dates, the
+    checks and the command to accept them); nothing goes downstream until it is accepted.
+    """
+    from pipelines.ingest import quality
+    from pipelines.warehouse.engine import make_engine
+
+    s = settings()
+    dates = [dt.date.fromisoformat(d) for d in ingested["dates"]]
+    engine = make_engine(s.database_url)
+    try:
+        reports = quality.check_partitions(engine, s.lake, s.catalog, dates, ingested["run_id"])
+    finally:
+        engine.dispose()
+    quality.require_passed(reports, s.lake)  # raises when any date is blocked
+    return [r.day.isoformat() for r in reports]
+
+
+def aggregate_dates(dates: list[str]) -> list[str]:
+    from pipelines.jobs.run_day import contiguous, date_args
+    from pipelines.usage import aggregate
+
+    s = settings()
+    days = sorted(dt.date.fromisoformat(d) for d in dates)
+    for run in contiguous(days):
+        aggregate.run([*s.argv(), *date_args(run)])
+    return dates
+
+
+def meter_dates(dates: list[str]) -> list[str]:
+    """Re-meter every local date the changed UTC dates can touch, as far as their pools' balances
+    reach, and every metered day an accounts load or a change of the catalog's plans made out of date."""
+    from pipelines.jobs.run_day import meter_changed
+
+    return meter_changed(settings(), sorted(dt.date.fromisoformat(d) for d in dates))
+
+
+def remeter_month(month: str) -> list[str]:
+    """Before a draft: meter again the days of ``month`` that an accounts load or a change of the
+    catalog's plans made out of date (a draft refuses the month until then)."""
+    from pipelines.jobs.run_day import meter_runs, out_of_date_days
+
+    s = settings()
+    stale = out_of_date_days(s, month)
+    meter_runs(s, stale)
+    return [d.isoformat() for d in stale]
+
+
+def clear_queue(ingested: dict, _metered: list[str]) -> int:
+    """After meter: remove the recompute-queue rows this run read and took downstream."""
+    from pipelines.jobs.run_day import dequeue
+    from pipelines.warehouse.engine import make_engine
+
+    rows = [(dt.date.fromisoformat(d), run_id) for d, run_id in ingested.get("queue", [])]
+    engine = make_engine(settings().database_url)
+    dequeue(engine, rows, [dt.date.fromisoformat(d) for d in ingested["dates"]])
+    engine.dispose()
+    return len(rows)
+
+
+def previous_month(day: dt.date) -> str:
+    return (day.replace(day=1) - dt.timedelta(days=1)).strftime("%Y-%m")
+
+
+def draft_month(month: str) -> dict:
+    from pipelines.invoicing import documents as invoicing
+    from pipelines.warehouse.engine import make_engine
+
+    s = settings()
+    r = invoicing.draft(make_engine(s.database_url), s.catalog, month)
+    return {"month": r.month, "invoices": r.invoices, "adjustments": r.adjustments, "total": str(r.total)}
+
+
+def reconcile_month(month: str) -> dict:
+    """Stop when the month's tokens do not match: usage_daily vs metered vs billable vs documents."""
+    from pipelines.warehouse.engine import make_engine
+
+    engine = make_engine(settings().database_url)
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT * FROM finance_reconciliation WHERE month = :m"), {"m": month}
+        ).first()
+    engine.dispose()
+    if row is None:
+        raise UsageBillingError(f"{month}: nothing metered or invoiced for this month")
+    if row.unmetered_tokens or row.uninvoiced_tokens:
+        raise DataQualityError(
+            f"{month}: reconciliation failed: {row.unmetered_tokens:,} tokens in usage_daily not metered, "
+            f"{row.uninvoiced_tokens:,} metered tokens not on a document; not finalizing"
+        )
+    return {"month": month, "tokens": int(row.billable_tokens)}
+
+
+def finalize_month(month: str) -> dict:
+    from pipelines.invoicing import documents as invoicing
+    from pipelines.warehouse.engine import make_engine
+
+    s = settings()
+    r = invoicing.finalize(make_engine(s.database_url), s.catalog, month)
+    return {"month": month, "finalized": r.finalized, "first": r.first_number, "last": r.last_number}
+
+
+def exports_root() -> str:
+    return settings().exports
+
+
+def export_month(month: str) -> str:
+    from pipelines.invoicing.export import export
+    from pipelines.warehouse.engine import make_engine
+
+    out = str(Path(exports_root()) / month)
+    export(make_engine(settings().database_url), month, out)
+    return out
+
+
+def months_to_adjust(month: str, lookback: int = 3) -> list[str]:
+    """Earlier months with finalized invoices, within ``lookback`` months: late events may change them."""
+    from pipelines.warehouse.engine import make_engine
+
+    engine = make_engine(settings().database_url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT DISTINCT period FROM invoices WHERE status = 'finalized' AND period < :m"),
+            {"m": month},
+        ).all()
+    engine.dispose()
+    return sorted(r.period for r in rows)[-lookback:]
+
+
+def adjust_months(months: list[str]) -> list[dict]:
+    """Re-draft earlier months (adjustment documents only where late usage changed an account), check
+    their reconciliation, finalize the adjustments."""
+    done = []
+    for month in months:
+        remeter_month(month)
+        drafted = draft_month(month)
+        reconcile_month(month)
+        done.append({**drafted, **finalize_month(month)})
+    return done
+
+
+def retirement_report(as_of: str) -> dict:
+    from pipelines.adoption.retirement import run
+    from pipelines.warehouse.engine import make_engine
+
+    s = settings()
+    out = s.reports
+    data = run(
+        make_engine(s.database_url), s.catalog, dt.date.fromisoformat(as_of), Path(out) / as_of, s.lake
+    )
+    return {"as_of": as_of, "candidates": [m["model"] for m in data["models"] if m["flagged"]]}

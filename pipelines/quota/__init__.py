@@ -1,0 +1,1 @@
+"""quota meter: the Beam pipeline, stored balances, re-metering, show and explain."""

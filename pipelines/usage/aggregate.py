@@ -1,0 +1,214 @@
+"""Daily usage: clean lake partitions -> ``usage_daily`` (account, model, speed tier, UTC day).
+
+    usage-billing usage aggregate --date 2026-03-02
+    usage-billing usage aggregate --from 2026-02-01 --to 2026-02-28
+
+One element per Parquet row group; a DoFn sums it with pyarrow into a small partial table per day;
+``CombinePerKey`` re-sums the partials of a day (Arrow tables, not one object per event). The day's
+result is staged as Parquet from ``process`` and the driver loads all days in one transaction,
+replacing those days' rows: a rerun leaves the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable
+
+import apache_beam as beam
+import pyarrow as pa
+from sqlalchemy import Connection, delete, distinct, func, insert, literal, select
+
+from billing.calendar import monday
+from pipelines import lake
+from pipelines.runtime.options import CommonOptions, date_range, pipeline_options, run_pipeline
+from pipelines.usage.partials import (
+    ERROR_SCHEMA,
+    LAKE_COLUMNS,
+    SPEED_SCHEMA,
+    USAGE_SCHEMA,
+    DayPartials,
+    model_daily,
+    partial_usage,
+)
+from pipelines.warehouse.binding import require_lake, require_partitions
+from pipelines.warehouse.engine import make_engine, replace_rows, require_schema
+from pipelines.warehouse.locks import database_lock, step_lock
+from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDaily, UsageDailyError
+
+COMPACT_EVERY = 4  # partials a day's accumulator holds before re-summing (bounds memory)
+ALL_TIERS = "*"
+
+
+AggregateOptions = CommonOptions
+
+
+class PartialUsageByDay(beam.DoFn):
+    """One unit of row groups -> partial usage per UTC day. Reading and summing in one step keeps the
+    rows themselves from ever becoming a Beam element (only the small partials are)."""
+
+    def process(self, unit: lake.Unit):  # type: ignore[no-untyped-def]
+        partial = partial_usage(lake.read_unit(unit, LAKE_COLUMNS))
+        days = partial.usage["day"].unique()
+        if len(days) == 1:
+            yield days[0].as_py().isoformat(), partial
+            return
+        for day in days.to_pylist():
+            yield day.isoformat(), partial.filter_day(day)
+
+
+class CombineDayPartials(beam.CombineFn):
+    """Accumulator: a short list of partials of one day, compacted as it grows."""
+
+    def create_accumulator(self) -> list[DayPartials]:
+        return []
+
+    def add_input(self, acc: list, value: DayPartials) -> list:
+        acc.append(value)
+        return (
+            [DayPartials.combine([DayPartials.unpacked(p) for p in acc])]
+            if len(acc) >= COMPACT_EVERY
+            else acc
+        )
+
+    def merge_accumulators(self, accs: Iterable[list[DayPartials]]) -> list[DayPartials]:
+        return [DayPartials.combine([DayPartials.unpacked(p) for acc in accs for p in acc])]
+
+    def compact(self, acc: list[DayPartials]) -> list[DayPartials]:
+        """Called before an accumulator is shipped between stages: one re-summed partial as compressed
+        Arrow IPC bytes (the runner's data plane holds shipped bytes several times over)."""
+        return [DayPartials.combine([DayPartials.unpacked(p) for p in acc]).packed()]
+
+    def extract_output(self, acc: list[DayPartials]) -> DayPartials:
+        return DayPartials.combine([DayPartials.unpacked(p) for p in acc])
+
+
+OUTPUTS = ("usage", "errors", "speed")
+
+
+class StageDay(beam.DoFn):
+    """Write one day's combined tables into the run's staging folder (from process: runner-portable)."""
+
+    def __init__(self, stage_root: str) -> None:
+        self.stage_root = stage_root
+
+    def process(self, element):  # type: ignore[no-untyped-def]
+        day, partials = element
+        for name in OUTPUTS:
+            path = lake.join(lake.partition(self.stage_root, name, day), "part-0000.parquet")
+            lake.write_parquet(path, getattr(partials, name))
+        yield day
+
+
+class DailyUsage(beam.PTransform):
+    """Units of row groups (``lake.row_group_units``) -> (day, DayPartials) pairs, one per UTC day."""
+
+    def expand(self, units):  # type: ignore[no-untyped-def]
+        return (
+            units
+            | "PartialUsage" >> beam.ParDo(PartialUsageByDay())
+            | "CombineUsage" >> beam.CombinePerKey(CombineDayPartials())
+        )
+
+
+def _read_staged(stage: str, name: str, dates: list[dt.date], schema: pa.Schema) -> pa.Table:
+    wanted = set(dates)
+    tables = [
+        lake.read_parquet(f)
+        for d in lake.partition_dates(stage, name)
+        if d in wanted
+        for f in lake.list_files(lake.partition(stage, name, d))
+    ]
+    return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+
+
+def refresh_weekly_accounts(conn: Connection, dates: list[dt.date]) -> None:
+    """Recompute distinct accounts per model and tier for each complete ISO week the dates touch.
+
+    A week is complete when usage_daily holds its Sunday (UTC days); its rows are replaced.
+    """
+    t = UsageDaily.__table__
+    latest = conn.execute(select(func.max(t.c.day))).scalar_one()
+    if latest is None:
+        return
+    weeks = sorted({monday(d) for d in dates})
+    weekly = ModelWeeklyAccounts.__table__
+    for week in weeks:
+        sunday = week + dt.timedelta(days=6)
+        if sunday > latest:
+            continue
+        in_week = t.c.day.between(week, sunday)
+        per_tier = (
+            select(t.c.model, t.c.speed_tier, func.count(distinct(t.c.account_id)))
+            .where(in_week)
+            .group_by(t.c.model, t.c.speed_tier)
+        )
+        all_tiers = (
+            select(t.c.model, literal(ALL_TIERS), func.count(distinct(t.c.account_id)))
+            .where(in_week)
+            .group_by(t.c.model)
+        )
+        rows = [
+            {"week_start": week, "model": m, "speed_tier": tier, "active_accounts": n}
+            for stmt in (per_tier, all_tiers)
+            for m, tier, n in conn.execute(stmt)
+        ]
+        conn.execute(delete(weekly).where(weekly.c.week_start == week))
+        if rows:
+            conn.execute(insert(weekly), rows)
+
+
+def lake_units(lake_root: str, dates: list[dt.date]) -> list[lake.Unit]:
+    files = [f for d in dates for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))]
+    return lake.row_group_units(files)
+
+
+def run(argv: list[str] | None = None) -> dict[dt.date, int]:
+    """Aggregate the dates; returns rows loaded per day."""
+    options = pipeline_options(argv)
+    opts = options.view_as(AggregateOptions)
+    dates = date_range(opts)  # a mistake in the dates is told before any database work
+    with database_lock(opts.database_url, "usage aggregate"):
+        return _run(options, opts, dates)
+
+
+def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date, int]:  # type: ignore[no-untyped-def]
+    engine = make_engine(opts.database_url)
+    require_schema(engine)
+    require_lake(engine, opts.lake, "usage aggregate")
+    with step_lock(engine, lake.ingest_lock(opts.lake)):  # not while an ingest swaps partitions
+        lake.recover(opts.lake, lake.EVENTS)
+    require_partitions(engine, opts.lake, dates, "usage aggregate")
+    run_id = opts.run_id or f"aggregate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    for dead in lake.stages_of(
+        opts.lake, "usage aggregate"
+    ):  # left by a killed run (we hold the step's lock)
+        lake.discard(dead)
+    stage = lake.open_stage(opts.lake, run_id, "usage aggregate")
+    try:
+        units = lake_units(opts.lake, dates)
+        with run_pipeline(options) as p:
+            _ = (
+                p
+                | "ReadUnits" >> beam.Create(units)
+                | "DailyUsage" >> DailyUsage()
+                | "StageDays" >> beam.ParDo(StageDay(stage))
+            )
+        staged = {
+            name: _read_staged(stage, name, dates, schema)
+            for name, schema in (("usage", USAGE_SCHEMA), ("errors", ERROR_SCHEMA), ("speed", SPEED_SCHEMA))
+        }
+        usage = staged["usage"]
+        daily = model_daily(usage, staged["speed"])
+        with engine.begin() as conn:  # all of it or nothing: a rerun replaces these dates' rows
+            replace_rows(conn, UsageDaily.__table__, "day", dates, usage)
+            replace_rows(conn, UsageDailyError.__table__, "day", dates, staged["errors"])
+            replace_rows(conn, ModelDaily.__table__, "day", dates, daily)
+            refresh_weekly_accounts(conn, dates)
+    finally:
+        lake.discard(stage)
+        engine.dispose()
+    counts = usage.group_by("day").aggregate([([], "count_all")]).to_pylist() if usage.num_rows else []
+    loaded = {d: 0 for d in dates}
+    loaded.update({r["day"]: r["count_all"] for r in counts})
+    return loaded

@@ -1,0 +1,1 @@
+"""The warehouse: engines and the schema check, bulk loads, locks, accounts and the lake it is bound to."""

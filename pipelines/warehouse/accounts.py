@@ -1,0 +1,149 @@
+"""Accounts CSV (``account_id,plan,timezone,active_from,active_until``) -> the ``accounts`` table.
+
+Plan empty = pay as you go; timezone an IANA name (empty = UTC); dates inclusive, active_until empty
+= open. An account may have several rows (plan changes) whose date ranges must not overlap. A load
+replaces every row of the accounts it names, so reloading the same file changes nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from sqlalchemy import Engine, delete, insert
+
+from pipelines.errors import UsageBillingError
+from pipelines.ingest.validate import MAX_ID_LENGTH
+from pipelines.quota.remeter import account_rows, queue_account_changes
+from pipelines.warehouse.locks import step_lock
+from schemas.catalog import Catalog
+from schemas.limits import date_problem, id_problem
+from schemas.warehouse import Account
+
+ACCOUNTS_LOCK = "accounts load"  # the step lock of a load (metering reads the accounts under it too)
+COLUMNS = ("account_id", "plan", "timezone", "active_from", "active_until")
+
+
+@dataclass(frozen=True)
+class AccountRow:
+    account_id: str
+    plan: str | None
+    timezone: str
+    active_from: dt.date
+    active_until: dt.date | None
+
+
+def _date(value: str, where: str, column: str) -> dt.date:
+    try:
+        day = dt.date.fromisoformat(value)
+    except ValueError:
+        raise UsageBillingError(f"{where}: {column} {value!r} is not a date (YYYY-MM-DD)") from None
+    problem = date_problem(day)
+    if problem:
+        raise UsageBillingError(f"{where}: {column} {day} {problem}")
+    return day
+
+
+def parse_accounts(path: Path, catalog: Catalog) -> list[AccountRow]:
+    """Every row of the file, checked; the first problem is one line naming the file and line."""
+    if not path.is_file():
+        raise UsageBillingError(f"accounts file not found: {path}")
+    try:
+        return _parse(path, catalog)
+    except UnicodeDecodeError as exc:
+        raise UsageBillingError(f"{path}: not UTF-8 text (byte {exc.start} of a line)") from None
+    except csv.Error as exc:
+        raise UsageBillingError(f"{path}: not a readable CSV file: {exc}") from None
+
+
+def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
+    plans = {p.id for p in catalog.plans}
+    zones: dict[str, bool] = {}
+    rows: list[AccountRow] = []
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        header = [(name or "").strip() for name in (reader.fieldnames or [])]
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise UsageBillingError(
+                f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}"
+            )
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:
+            raise UsageBillingError(f"{path}: column {twice[0]!r} appears more than once in the header")
+        reader.fieldnames = header
+        for line, rec in enumerate(reader, start=2):
+            where = f"{path} line {reader.line_num}" if reader.line_num else f"{path} line {line}"
+            if None in rec:
+                raise UsageBillingError(f"{where}: more fields than the header has columns")
+            account = (rec["account_id"] or "").strip()
+            problem = id_problem(account)
+            if problem:
+                shown = f" {account!r}" if account else ""
+                raise UsageBillingError(f"{where}: account_id{shown} {problem}")
+            if len(account) > MAX_ID_LENGTH:
+                raise UsageBillingError(
+                    f"{where}: account_id is {len(account):,} characters; at most {MAX_ID_LENGTH} are allowed"
+                )
+            plan = (rec["plan"] or "").strip() or None
+            if plan is not None and plan not in plans:
+                raise UsageBillingError(
+                    f"{where}: unknown plan {plan!r} (catalog plans: {', '.join(sorted(plans))})"
+                )
+            tz = (rec["timezone"] or "").strip() or "UTC"
+            if tz not in zones:
+                try:
+                    ZoneInfo(tz)
+                    zones[tz] = True
+                except (ZoneInfoNotFoundError, ValueError):
+                    zones[tz] = False
+            if not zones[tz]:
+                raise UsageBillingError(
+                    f"{where}: unknown timezone {tz!r} (use an IANA name like Europe/Berlin)"
+                )
+            start = _date((rec["active_from"] or "").strip(), where, "active_from")
+            until_text = (rec["active_until"] or "").strip()
+            until = _date(until_text, where, "active_until") if until_text else None
+            if until is not None and until < start:
+                raise UsageBillingError(f"{where}: active_until {until} is before active_from {start}")
+            rows.append(AccountRow(account, plan, tz, start, until))
+    _check_overlaps(rows, path)
+    return rows
+
+
+def _check_overlaps(rows: list[AccountRow], path: Path) -> None:
+    by_account: dict[str, list[AccountRow]] = {}
+    for r in rows:
+        by_account.setdefault(r.account_id, []).append(r)
+    for account, periods in by_account.items():
+        periods.sort(key=lambda r: r.active_from)
+        for a, b in itertools.pairwise(periods):
+            if a.active_until is None or a.active_until >= b.active_from:
+                raise UsageBillingError(
+                    f"{path}: account {account} has overlapping rows "
+                    f"starting {a.active_from} and {b.active_from}"
+                )
+        zones = {p.timezone for p in periods}
+        if len(zones) > 1:
+            raise UsageBillingError(
+                f"{path}: account {account} has several timezones ({', '.join(sorted(zones))})"
+            )
+
+
+def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
+    rows = parse_accounts(path, catalog)
+    ids = sorted({r.account_id for r in rows})
+    table = Account.__table__
+    with step_lock(engine, ACCOUNTS_LOCK), engine.begin() as conn:
+        before = account_rows(conn, ids)
+        for i in range(0, len(ids), 500):
+            conn.execute(delete(table).where(table.c.account_id.in_(ids[i : i + 500])))
+        if rows:
+            conn.execute(insert(table), [r.__dict__ for r in rows])
+        # Metered days whose plan in force or timezone this load changed: metered again before a draft.
+        queue_account_changes(conn, before, rows, dt.datetime.now(dt.UTC))
+    return len(rows)
