@@ -26,7 +26,7 @@ import pyarrow as pa
 from sqlalchemy import text
 
 from benchmarks.common import ROOT, command_line, machine, run_measured, write_section
-from billing.pricing import cents
+from billing.pricing import cents, price_in_force
 from pipelines.warehouse.engine import insert_arrow, make_engine, upgrade
 from schemas.catalog import load_catalog
 from schemas.warehouse import Account, BillableUsage
@@ -88,7 +88,9 @@ def naive(accounts: pa.Table, billable: pa.Table, catalog) -> Decimal:  # type: 
     lines: dict = defaultdict(int)
     for r in billable.to_pylist():
         if r["overage_tokens"]:
-            price = catalog.price(r["model"], r["speed_tier"], r["rate_day"]).per_million(r["token_kind"])
+            price = price_in_force(catalog, r["model"], r["speed_tier"], r["rate_day"]).per_million(
+                r["token_kind"]
+            )
             lines[(r["account_id"], r["model"], r["speed_tier"], r["token_kind"], price)] += r[
                 "overage_tokens"
             ]

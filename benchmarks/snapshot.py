@@ -3,6 +3,8 @@
     .venv/bin/python -m benchmarks.snapshot take --database data/warehouse.db --lake data/lake --out before.json
     .venv/bin/python -m benchmarks.snapshot diff before.json after.json
 
+``--drop-column TABLE.COLUMN`` leaves out a column the change added on purpose.
+
 Used to show that a change which should not change behaviour (a restructuring) does not: run
 ``usage-billing demo`` on the commit before and after, take a snapshot of each, and diff them.
 
@@ -49,8 +51,8 @@ VOLATILE = {
 }
 
 
-def _digest(table: pa.Table) -> tuple[str, list[str]]:
-    keep = sorted(c for c in table.column_names if c not in VOLATILE)
+def _digest(table: pa.Table, drop: set[str] = frozenset()) -> tuple[str, list[str]]:
+    keep = sorted(c for c in table.column_names if c not in VOLATILE and c not in drop)
     table = table.select(keep)
     rows = sorted(json.dumps(row, default=str, sort_keys=True) for row in table.to_pylist())
     h = hashlib.sha256()
@@ -60,7 +62,8 @@ def _digest(table: pa.Table) -> tuple[str, list[str]]:
     return h.hexdigest(), keep
 
 
-def take(database: str, lake: str) -> dict:
+def take(database: str, lake: str, drop: list[str] = ()) -> dict:
+    """``drop``: ``table.column`` names a change added on purpose (left out of the digest)."""
     engine = sa.create_engine(f"sqlite:///{database}")
     out: dict = {"warehouse": {}, "lake": {}}
     with engine.connect() as conn:
@@ -71,7 +74,8 @@ def take(database: str, lake: str) -> dict:
             columns = list(result.keys())
             rows = [dict(zip(columns, r, strict=True)) for r in result]
             table = pa.Table.from_pylist([{k: str(v) for k, v in r.items()} for r in rows]) if rows else None
-            digest, keep = _digest(table) if table is not None else ("", columns)
+            gone = {d.split(".", 1)[1] for d in drop if d.split(".", 1)[0] == name}
+            digest, keep = _digest(table, gone) if table is not None else ("", columns)
             out["warehouse"][name] = {"rows": len(rows), "digest": digest, "columns": keep}
     root = Path(lake)
     for dataset in sorted(p for p in root.iterdir() if p.is_dir()):
@@ -106,12 +110,13 @@ def main() -> None:
     t.add_argument("--database", default="data/warehouse.db")
     t.add_argument("--lake", default="data/lake")
     t.add_argument("--out", required=True)
+    t.add_argument("--drop-column", action="append", default=[], help="TABLE.COLUMN to leave out")
     d = sub.add_parser("diff")
     d.add_argument("before")
     d.add_argument("after")
     args = parser.parse_args()
     if args.command == "take":
-        snap = take(args.database, args.lake)
+        snap = take(args.database, args.lake, args.drop_column)
         Path(args.out).write_text(json.dumps(snap, indent=1, sort_keys=True))
         print(f"{len(snap['warehouse'])} tables, {len(snap['lake'])} lake partitions -> {args.out}")
         return

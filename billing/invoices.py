@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from billing.pricing import AMOUNT, amounts, cents, unit_prices
+from billing.pricing import AMOUNT, amounts, applied_prices, cents
 from schemas.catalog import Catalog
 
 PRICE = pa.decimal128(18, 6)
@@ -47,11 +47,15 @@ BILLABLE_SCHEMA = pa.schema(
         ("model", pa.string()),
         ("speed_tier", pa.string()),
         ("token_kind", pa.string()),
+        ("price_from", pa.date32()),
         ("rate_day", pa.date32()),
+        ("last_rate_day", pa.date32()),
         ("included_tokens", pa.int64()),
         ("overage_tokens", pa.int64()),
     ]
 )
+# The columns a billable row is priced by (billing.pricing.applied_prices).
+PRICE_KEY = ("model", "speed_tier", "token_kind", "price_from", "rate_day", "last_rate_day")
 PLAN_SCHEMA = pa.schema(
     [
         ("account_id", pa.string()),
@@ -155,8 +159,9 @@ def _usage_lines(rows: pa.Table, line_type: str, what: str) -> pa.Table:
 def usage_lines(billable: pa.Table, catalog: Catalog) -> pa.Table:
     """Included and overage lines from billable usage rows of the month.
 
-    ``billable``: account_id, model, speed_tier, token_kind, rate_day, included_tokens, overage_tokens
-    (any finer grain; summed here). A missing price for overage tokens raises MissingPriceError.
+    ``billable``: account_id, model, speed_tier, token_kind, price_from, rate_day, last_rate_day,
+    included_tokens, overage_tokens (any finer grain; summed here). Overage is priced at the price
+    metering applied (``price_from``); a missing price raises MissingPriceError.
     """
     keys = ["account_id", "model", "speed_tier", "token_kind"]
     included = billable.filter(pc.greater(billable["included_tokens"], 0))
@@ -169,7 +174,7 @@ def usage_lines(billable: pa.Table, catalog: Catalog) -> pa.Table:
     )
 
     over = billable.filter(pc.greater(billable["overage_tokens"], 0))
-    price = unit_prices(catalog, over["model"], over["speed_tier"], over["token_kind"], over["rate_day"])
+    price = applied_prices(catalog, *(over[c] for c in PRICE_KEY))
     over = over.append_column("unit_price", price)
     over = over.group_by([*keys, "unit_price"]).aggregate([("overage_tokens", "sum")])
     over = over.rename_columns([c.replace("overage_tokens_sum", "quantity") for c in over.column_names])

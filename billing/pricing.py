@@ -1,9 +1,12 @@
 """Rate cards: effective-dated prices per model, speed tier and token kind, in exact decimals.
 
-A price's ``effective_from`` is a UTC date; the newest price with effective_from <= the event's UTC
-date applies, for exactly the tier the event was served at (never another tier's price). Metering
-records, per billable row, the UTC date of its first event (``rate_day``) among events that share the
-same price in force, so the invoice looks up one price per (model, tier, rate_day), not per event.
+The one place the price in force is worked out. A price's ``effective_from`` is a UTC date; the
+newest price with effective_from <= the event's UTC date applies, for exactly the tier the event was
+served at (never another tier's price): ``price_in_force`` for one (model, tier, day), ``rate_from``
+for a column of events. Metering records, per billable row, the ``effective_from`` of the price it
+applied (``price_from``, null where none was in force) and the UTC date of the row's first event
+(``rate_day``); the invoice prices each row by that key (``applied_prices``), so it charges exactly
+the price the meter chose.
 
 Amounts: quantity x price per 1M tokens / 1,000,000, rounded half-up to cents, computed on Arrow
 decimals (exact; no float anywhere).
@@ -18,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.catalog import Catalog
+from schemas.catalog import Catalog, Price
+from schemas.events import SPEED_TIERS
 
 CENT = Decimal("0.01")
 NO_RATE = np.datetime64("NaT", "D")
@@ -33,6 +37,25 @@ class MissingPriceError(ValueError):
 def cents(value: Decimal) -> Decimal:
     """Half-up to cents (0.005 -> 0.01)."""
     return value.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def price_in_force(catalog: Catalog, model: str, tier: str, day: dt.date) -> Price | None:
+    """The newest price with effective_from <= day for exactly this model and tier, else None."""
+    best: Price | None = None
+    for p in catalog.prices:
+        if (
+            p.model == model
+            and p.tier == tier
+            and p.effective_from <= day
+            and (best is None or p.effective_from > best.effective_from)
+        ):
+            best = p
+    return best
+
+
+def tiers_sold(catalog: Catalog, model: str, day: dt.date) -> list[str]:
+    """Speed tiers with a price in force for ``model`` on ``day``, in catalog tier order."""
+    return [t for t in SPEED_TIERS if price_in_force(catalog, model, t, day) is not None]
 
 
 def rate_from(catalog: Catalog, model: pa.Array, tier: pa.Array, utc_day: np.ndarray) -> np.ndarray:
@@ -63,21 +86,71 @@ def rate_from(catalog: Catalog, model: pa.Array, tier: pa.Array, utc_day: np.nda
 def unit_prices(
     catalog: Catalog, model: pa.Array, tier: pa.Array, kind: pa.Array, rate_day: pa.Array
 ) -> pa.Array:
-    """Price per 1M tokens (decimal128(18, 6)) of each row; MissingPriceError names the first gap.
-
-    Looked up once per distinct (model, tier, kind, rate_day), then joined back.
+    """Price per 1M tokens (decimal128(18, 6)) in force on each row's day; MissingPriceError names the
+    first gap. Looked up once per distinct (model, tier, kind, day), then joined back.
     """
-    keys = pa.table({"model": model, "tier": tier, "kind": kind, "day": rate_day})
-    distinct = keys.group_by(["model", "tier", "kind", "day"]).aggregate([])
-    prices = []
-    for m, t, k, d in zip(*(distinct[c].to_pylist() for c in ("model", "tier", "kind", "day")), strict=True):
-        price = catalog.price(m, t, d)
+
+    def lookup(m: str, t: str, k: str, d: dt.date) -> Decimal:
+        price = price_in_force(catalog, m, t, d)
         if price is None:
             raise MissingPriceError(f"no price for model {m}, tier {t}, token kind {k} on {d.isoformat()}")
-        prices.append(price.per_million(k))
-    distinct = distinct.append_column("price", pa.array(prices, pa.decimal128(18, 6)))
+        return price.per_million(k)
+
+    return _per_distinct(lookup, {"model": model, "tier": tier, "kind": kind, "day": rate_day})
+
+
+def applied_prices(
+    catalog: Catalog,
+    model: pa.Array,
+    tier: pa.Array,
+    kind: pa.Array,
+    price_from: pa.Array,
+    first_day: pa.Array,
+    last_day: pa.Array | None = None,
+) -> pa.Array:
+    """Price per 1M tokens of each billable row: the price metering applied (its ``effective_from``,
+    ``price_from``), for rows whose events' UTC days run from ``first_day`` to ``last_day``.
+
+    The catalog must still say the same: the price in force on both days is the one applied (prices
+    are steps in time, so no other price starts between them). Where no price is in force,
+    MissingPriceError names the gap as ``unit_prices`` does; where the catalog's prices changed after
+    metering, it says so (the days must be metered again)."""
+    last_day = first_day if last_day is None else last_day
+
+    def lookup(m: str, t: str, k: str, start: dt.date | None, first: dt.date, last: dt.date) -> Decimal:
+        now = [price_in_force(catalog, m, t, d) for d in (first, last)]
+        for d, price in zip((first, last), now, strict=True):
+            if price is None:
+                raise MissingPriceError(
+                    f"no price for model {m}, tier {t}, token kind {k} on {d.isoformat()}"
+                )
+        if start is None or any(p.effective_from != start for p in now):  # type: ignore[union-attr]
+            applied = f"the price effective {start.isoformat()}" if start else "no price"
+            raise MissingPriceError(
+                f"the prices of model {m}, tier {t} changed after metering: metering applied {applied} "
+                f"to usage of {first.isoformat()}..{last.isoformat()}; meter those days again"
+            )
+        return now[0].per_million(k)  # type: ignore[union-attr]
+
+    columns = {"model": model, "tier": tier, "kind": kind, "start": price_from, "first": first_day}
+    return _per_distinct(lookup, columns | {"last": last_day}, key=["model", "tier", "kind", "start"])
+
+
+def _per_distinct(lookup, columns: dict[str, pa.Array], key: list[str] | None = None) -> pa.Array:  # type: ignore[no-untyped-def]
+    """``lookup(*row)`` once per distinct key (default: every column; the other columns give their
+    least value, or their greatest for one named ``last``), joined back onto the rows."""
+    keys = pa.table(columns)
+    key = key or list(columns)
+    others = [(c, "max" if c == "last" else "min") for c in columns if c not in key]
+    distinct = keys.group_by(key).aggregate(others)
+    distinct = distinct.rename_columns(
+        [c.removesuffix("_min").removesuffix("_max") for c in distinct.column_names]
+    )
+    rows = zip(*(distinct[c].to_pylist() for c in columns), strict=True)
+    prices = [lookup(*row) for row in rows]
+    distinct = distinct.select(key).append_column("price", pa.array(prices, pa.decimal128(18, 6)))
     keyed = keys.append_column("_row", pa.array(np.arange(keys.num_rows)))
-    joined = keyed.join(distinct, ["model", "tier", "kind", "day"]).sort_by("_row")
+    joined = keyed.join(distinct, key).sort_by("_row")
     return joined["price"].combine_chunks()
 
 

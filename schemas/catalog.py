@@ -214,23 +214,6 @@ class Catalog(_Strict):
                 return p
         raise KeyError(plan_id)
 
-    def price(self, model: str, tier: str, day: dt.date) -> Price | None:
-        """The newest price with effective_from <= day for exactly this model and tier, else None."""
-        best: Price | None = None
-        for p in self.prices:
-            if (
-                p.model == model
-                and p.tier == tier
-                and p.effective_from <= day
-                and (best is None or p.effective_from > best.effective_from)
-            ):
-                best = p
-        return best
-
-    def tiers_sold(self, model: str, day: dt.date) -> list[str]:
-        """Speed tiers with a price in force for ``model`` on ``day``, in catalog tier order."""
-        return [t for t in SPEED_TIERS if self.price(model, t, day) is not None]
-
 
 def _location(loc: tuple[object, ...], data: dict) -> str:
     """('prices', 3, 'input') -> 'prices[3] (gpt-5.6-sol/ultrafast).input'."""

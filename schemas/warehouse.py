@@ -253,6 +253,9 @@ class BillableUsage(Base):
     rate_day: Mapped[dt.date] = mapped_column(
         comment="UTC date of the row's first event: the day its price is looked up on",
     )
+    price_from: Mapped[dt.date | None] = mapped_column(
+        comment="effective_from of the price metering applied (null: no price in force)",
+    )
     included_tokens: Mapped[int]
     overage_tokens: Mapped[int]
 

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 
+from billing.pricing import price_in_force, tiers_sold
 from schemas.catalog import CatalogError, load_catalog, parse_catalog
 from tests.conftest import CATALOG_PATH
 
@@ -27,8 +28,8 @@ def test_default_catalog_tells_the_scenario(catalog):
     ]
     assert len(catalog.models) >= 4
     assert {p.id for p in catalog.plans} == {"free", "plus", "pro"}
-    assert catalog.tiers_sold("gpt-5.6-sol", dt.date(2026, 8, 12)) == ["standard", "priority"]
-    assert catalog.tiers_sold("gpt-5.6-sol", dt.date(2026, 8, 13)) == ["standard", "priority", "ultrafast"]
+    assert tiers_sold(catalog, "gpt-5.6-sol", dt.date(2026, 8, 12)) == ["standard", "priority"]
+    assert tiers_sold(catalog, "gpt-5.6-sol", dt.date(2026, 8, 13)) == ["standard", "priority", "ultrafast"]
     pro = catalog.plan("pro")
     spark_pool = next(p for p in pro.pools if p.id == "spark")
     main_pool = next(p for p in pro.pools if p.id == "main")
@@ -38,15 +39,15 @@ def test_default_catalog_tells_the_scenario(catalog):
 
 def test_every_model_has_a_price_for_each_day_it_is_sold(catalog):
     for m in catalog.models:
-        assert catalog.tiers_sold(m.id, m.launched), m.id
+        assert tiers_sold(catalog, m.id, m.launched), m.id
 
 
 def test_prices_are_decimal_and_effective_dated(catalog):
-    before = catalog.price("gpt-5.6-sol", "standard", dt.date(2026, 5, 31))
-    after = catalog.price("gpt-5.6-sol", "standard", dt.date(2026, 6, 1))
+    before = price_in_force(catalog, "gpt-5.6-sol", "standard", dt.date(2026, 5, 31))
+    after = price_in_force(catalog, "gpt-5.6-sol", "standard", dt.date(2026, 6, 1))
     assert before.output == Decimal("12.00") and after.output == Decimal("10.00")
     assert isinstance(after.per_million("cached_input"), Decimal)
-    assert catalog.price("gpt-5.6-sol", "ultrafast", dt.date(2026, 8, 12)) is None
+    assert price_in_force(catalog, "gpt-5.6-sol", "ultrafast", dt.date(2026, 8, 12)) is None
 
 
 def _broken(raw, mutate):  # type: ignore[no-untyped-def]

@@ -20,7 +20,15 @@ from billing.invoices import (
     plan_fee_lines,
     totals,
 )
-from billing.pricing import MissingPriceError, amounts, cents, rate_from, unit_prices
+from billing.pricing import (
+    MissingPriceError,
+    amounts,
+    cents,
+    applied_prices,
+    price_in_force,
+    rate_from,
+    unit_prices,
+)
 from schemas.catalog import parse_catalog
 
 CATALOG = parse_catalog(
@@ -110,6 +118,48 @@ def test_a_missing_price_names_model_tier_kind_and_day_and_never_falls_back_to_a
         )
 
 
+def _dates(*days: str) -> pa.Array:
+    return pa.array([dt.date.fromisoformat(d) if d else None for d in days], pa.date32())
+
+
+def test_invoicing_charges_the_price_metering_applied_and_refuses_when_the_catalog_changed_since():
+    one = pa.array(["m"])
+    standard, kind = pa.array(["standard"]), pa.array(["input"])
+    # metered before and after the standard price change of Mar 15: each row keeps its own price
+    price = applied_prices(
+        CATALOG,
+        pa.array(["m", "m"]),
+        pa.array(["standard"] * 2),
+        pa.array(["input"] * 2),
+        _dates("2026-01-01", "2026-03-15"),
+        _dates("2026-03-01", "2026-03-20"),
+        _dates("2026-03-14", "2026-03-31"),
+    )
+    assert price.to_pylist() == [Decimal("1.25"), Decimal("1")]
+    # a price that starts inside the days a row was metered for: the catalog changed after metering
+    with pytest.raises(
+        MissingPriceError, match=r"changed after metering: metering applied the price effective"
+    ):
+        applied_prices(
+            CATALOG, one, standard, kind, _dates("2026-01-01"), _dates("2026-03-01"), _dates("2026-03-20")
+        )
+    # metered with no price in force, but the catalog has one now
+    with pytest.raises(MissingPriceError, match="metering applied no price"):
+        applied_prices(CATALOG, one, standard, kind, _dates(None), _dates("2026-03-01"))
+    # the applied price is gone and none is in force: named as unit_prices names a gap
+    with pytest.raises(
+        MissingPriceError, match=r"no price for model m, tier ultrafast, token kind output on 2026-03-09"
+    ):
+        applied_prices(
+            CATALOG,
+            one,
+            pa.array(["ultrafast"]),
+            pa.array(["output"]),
+            _dates("2026-03-01"),
+            _dates("2026-03-09"),
+        )
+
+
 def test_amounts_round_half_up_to_cents_exactly():
     q = pa.array([400, 399, 1_000_000, 3, 10**15], pa.int64())
     p = pa.array(
@@ -162,7 +212,14 @@ def test_plan_fee_is_prorated_by_active_days_and_rounded_half_up():
 
 
 def _billable(rows: list[tuple]) -> pa.Table:
-    return pa.Table.from_pylist([dict(zip(BILLABLE.names, r, strict=True)) for r in rows], schema=BILLABLE)
+    """(account, model, tier, kind, rate_day, included, overage) rows, with the price the meter applies
+    on rate_day as their price_from."""
+    out = []
+    for account, model, tier, kind, day, included, overage in rows:
+        price = price_in_force(CATALOG, model, tier, day)
+        start = price.effective_from if price else None
+        out.append((account, model, tier, kind, start, day, day, included, overage))
+    return pa.Table.from_pylist([dict(zip(BILLABLE.names, r, strict=True)) for r in out], schema=BILLABLE)
 
 
 def test_overage_lines_split_by_unit_price_and_total_is_the_sum_of_rounded_lines():

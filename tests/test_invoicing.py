@@ -20,7 +20,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
 from billing.invoices import build_lines, month_bounds
-from billing.pricing import cents
+from billing.pricing import cents, price_in_force
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.export import LINE_COLUMNS, export
@@ -136,7 +136,7 @@ def _reference_invoices(settings: Settings, catalog) -> dict[str, dict]:  # type
                     e["event_id"]
                 ][k]
             if overage[e["event_id"]][k]:
-                price = catalog.price(e["model"], e["speed_tier"], utc_day).per_million(kind)
+                price = price_in_force(catalog, e["model"], e["speed_tier"], utc_day).per_million(kind)
                 lines[("overage_usage", e["model"], e["speed_tier"], kind, price)][0] += overage[
                     e["event_id"]
                 ][k]
@@ -379,7 +379,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
     # original + adjustment = a fresh recomputation, line key by line key, for every account
     first, last = month_bounds(MONTH)
     with engine.connect() as conn:
-        billable = invoicing._billable(conn, first, last, catalog)
+        billable = invoicing._billable(conn, first, last)
         plans = invoicing._plans(conn, first, last)
         docs = conn.execute(text("SELECT account_id, kind, corrects, invoice_number FROM invoices")).all()
     truth = build_lines(billable, plans, catalog, MONTH)

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, delete, func, insert, select
 
-from billing.pricing import MissingPriceError, amounts, unit_prices
+from billing.invoices import PRICE_KEY
+from billing.pricing import MissingPriceError, amounts, applied_prices
 from billing.quota import own_pool_models
 from pipelines.adoption import weekly as adoption
 from pipelines.adoption.detect import METHOD_VERSION, Decision, decide, projected_crossing
@@ -107,15 +108,26 @@ def _affected(engine: Engine, catalog: Catalog, model: str, as_of: dt.date, heav
         ).all()
         rows = read_arrow(
             conn,
-            select(b.account_id, b.speed_tier, b.token_kind, b.rate_day, b.model, func.sum(b.overage_tokens))
+            select(
+                b.account_id,
+                b.speed_tier,
+                b.token_kind,
+                b.price_from,
+                func.min(b.rate_day),
+                func.max(b.rate_day),
+                b.model,
+                func.sum(b.overage_tokens),
+            )
             .where(b.model == model, b.local_day.between(first, as_of), b.overage_tokens > 0)
-            .group_by(b.account_id, b.speed_tier, b.token_kind, b.rate_day, b.model),
+            .group_by(b.account_id, b.speed_tier, b.token_kind, b.price_from, b.model),
             pa.schema(
                 [
                     ("account_id", pa.string()),
                     ("speed_tier", pa.string()),
                     ("token_kind", pa.string()),
+                    ("price_from", pa.date32()),
                     ("rate_day", pa.date32()),
+                    ("last_rate_day", pa.date32()),
                     ("model", pa.string()),
                     ("overage_tokens", pa.int64()),
                 ]
@@ -124,9 +136,7 @@ def _affected(engine: Engine, catalog: Catalog, model: str, as_of: dt.date, heav
     revenue: dict[str, Decimal] = {}
     if rows.num_rows:
         try:
-            price = unit_prices(
-                catalog, rows["model"], rows["speed_tier"], rows["token_kind"], rows["rate_day"]
-            )
+            price = applied_prices(catalog, *(rows[c] for c in PRICE_KEY))
             for account, amount in zip(
                 rows["account_id"].to_pylist(),
                 amounts(rows["overage_tokens"], price).to_pylist(),

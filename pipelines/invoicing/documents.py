@@ -27,14 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import (
     Connection,
-    Date,
     Engine,
     and_,
     bindparam,
-    case,
     delete,
     func,
-    literal,
     or_,
     select,
     text,
@@ -217,7 +214,7 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
                 f"cannot draft {month}: the month is not closed: {still_open}; to see drafts of the open "
                 "month anyway, add --open-month (they are marked so and never finalized)"
             )
-        billable = _billable(conn, first, last, catalog)
+        billable = _billable(conn, first, last)
         plans = _plans(conn, first, last)
         try:
             truth = build_lines(billable, plans, catalog, month)
@@ -248,38 +245,25 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
     )
 
 
-def _billable(conn: Connection, first: dt.date, last: dt.date, catalog: Catalog) -> pa.Table:
-    """The month's billable usage summed per account, model, tier, kind and price in force.
-
-    Rows whose rate days share a price collapse into one (``rate_day`` = the first of them), so the
-    database returns about one row per account, model, tier and kind instead of one per day.
-    """
+def _billable(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
+    """The month's billable usage summed per account, model, tier, kind and the price metering applied
+    (``price_from``): about one row per account, model, tier and kind instead of one per day
+    (``rate_day`` and ``last_rate_day``: the first and last of the rows, which the price metering
+    applied is checked against the catalog on)."""
     b = BillableUsage.__table__.c
-    keys = [b.account_id, b.model, b.speed_tier, b.token_kind, price_in_force(b, catalog)]
+    keys = [b.account_id, b.model, b.speed_tier, b.token_kind, b.price_from]
     query = (
-        select(*keys[:4], func.min(b.rate_day), func.sum(b.included_tokens), func.sum(b.overage_tokens))
+        select(
+            *keys,
+            func.min(b.rate_day),
+            func.max(b.rate_day),
+            func.sum(b.included_tokens),
+            func.sum(b.overage_tokens),
+        )
         .where(b.local_day.between(first, last))
         .group_by(*keys)
     )
     return read_arrow(conn, query, BILLABLE_SCHEMA)
-
-
-def price_in_force(b, catalog: Catalog):  # type: ignore[no-untyped-def]
-    """SQL for the effective_from of the price in force on ``rate_day`` (null where none): a CASE
-    built from the catalog, newest price first (its size follows the catalog, not the data)."""
-    starts = sorted(
-        {(p.model, p.tier, p.effective_from) for p in catalog.prices}, key=lambda s: s[2], reverse=True
-    )
-    if not starts:
-        return literal(None, Date)
-    whens = [
-        (
-            and_(b.model == model, b.speed_tier == tier, b.rate_day >= literal(start, Date)),
-            literal(start, Date),
-        )
-        for model, tier, start in starts
-    ]
-    return case(*whens, else_=literal(None, Date))
 
 
 def _plans(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from billing.calendar import weekday
+from billing.pricing import tiers_sold
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA, SPEED_TIERS
 from schemas.limits import LATEST_DATE
@@ -114,7 +115,7 @@ def _tier_probs(catalog: Catalog, days: list[dt.date], models: list[str]) -> np.
     base = {"standard": 0.72, "priority": 0.28, "ultrafast": 0.0}
     for i, day in enumerate(days):
         for j, mid in enumerate(models):
-            sold = catalog.tiers_sold(mid, day)
+            sold = tiers_sold(catalog, mid, day)
             for k, tier in enumerate(SPEED_TIERS):
                 if tier not in sold:
                     continue

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, and_, select
 
+from billing.pricing import price_in_force
 from billing.quota import attach_accounts, split_pro_rata
 from billing.tokens import token_kinds
 from pipelines import lake
@@ -167,7 +168,7 @@ def explain_event(
     )
     if plan_id is not None:
         charge.pools = _pool_lines(engine, catalog, row, covered)
-    price = catalog.price(row["model"], row["speed_tier"], row["event_time"].date())
+    price = price_in_force(catalog, row["model"], row["speed_tier"], row["event_time"].date())
     if price is not None:
         charge.rate_from = price.effective_from
         charge.per_million = {k: price.per_million(k) for k in TOKEN_KINDS}

@@ -451,8 +451,10 @@ def billable_rows(
 ) -> pa.Table:
     """Per (account, model, tier, local day, token kind, price in force): included and overage tokens.
 
-    ``rate_day`` is the UTC date of the row's first event: the day its price is looked up on. Events
-    of one local day priced differently (a price change at UTC midnight) get rows of their own.
+    ``price_from`` is the effective_from of the price in force on the events' UTC days
+    (``billing.pricing.rate_from``; null where none was), the key invoicing prices the row by;
+    ``rate_day`` the UTC date of the row's first event. Events of one local day priced differently (a
+    price change at UTC midnight) get rows of their own.
     """
     utc_day = utc_date(events["event_time"]).to_numpy().astype("datetime64[D]")
     rate = rate_from(catalog, events["model"], events["speed_tier"], utc_day)
@@ -471,6 +473,9 @@ def billable_rows(
         .group_by(keys, use_threads=False)
         .aggregate([(c, "sum") for c in sums] + [("rate_day", "min")])
     )
+    key = g["rate_key"].to_numpy()
+    price_from = pa.array(np.maximum(key, 0).astype("datetime64[D]"))
+    price_from = pc.if_else(pc.less(g["rate_key"], 0), pa.scalar(None, pa.date32()), price_from)
     parts = [
         pa.table(
             {
@@ -479,6 +484,7 @@ def billable_rows(
                 "included_tokens": g[f"included_{k}_sum"],
                 "overage_tokens": g[f"overage_{k}_sum"],
                 "rate_day": g["rate_day_min"],
+                "price_from": price_from,
             }
         )
         for k, kind in enumerate(TOKEN_KINDS)
