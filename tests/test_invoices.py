@@ -23,8 +23,8 @@ from billing.invoices import (
 from billing.pricing import (
     MissingPriceError,
     amounts,
-    cents,
     applied_prices,
+    cents,
     price_in_force,
     rate_from,
     unit_prices,
