@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 
 from billing.pricing import AMOUNT, amounts, applied_prices, cents
 from schemas.catalog import Catalog
+from schemas.lake import PRICE
 
-PRICE = pa.decimal128(18, 6)
 LINE_SCHEMA = pa.schema(
     [
         ("account_id", pa.string()),

@@ -23,11 +23,11 @@ import pyarrow.compute as pc
 
 from schemas.catalog import Catalog, Price
 from schemas.events import SPEED_TIERS
+from schemas.lake import AMOUNT, PRICE
 
 CENT = Decimal("0.01")
 NO_RATE = np.datetime64("NaT", "D")
 PER_TOKEN = pa.decimal128(13, 12)  # a price per 1M tokens below 1M, divided by 1M: exact
-AMOUNT = pa.decimal128(20, 2)
 
 
 class MissingPriceError(ValueError):
@@ -148,7 +148,7 @@ def _per_distinct(lookup, columns: dict[str, pa.Array], key: list[str] | None = 
     )
     rows = zip(*(distinct[c].to_pylist() for c in columns), strict=True)
     prices = [lookup(*row) for row in rows]
-    distinct = distinct.select(key).append_column("price", pa.array(prices, pa.decimal128(18, 6)))
+    distinct = distinct.select(key).append_column("price", pa.array(prices, PRICE))
     keyed = keys.append_column("_row", pa.array(np.arange(keys.num_rows)))
     joined = keyed.join(distinct, key).sort_by("_row")
     return joined["price"].combine_chunks()

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from billing.calendar import EPOCH, day_period, period_end, period_start
 from billing.tokens import kind_matrix
 from schemas.catalog import Catalog
+from schemas.lake import BALANCE_SCHEMA
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -179,21 +180,6 @@ def _split(total: np.ndarray, kinds: np.ndarray) -> np.ndarray:
                 rank[:, k] += remainder[:, j] > remainder[:, k]
     out = base + (rank < leftover[:, None])
     return np.where(weight[:, None] > 0, out, 0) if n else out
-
-
-# A balance key's state at the end of a local day: what a later run starts from.
-BALANCE_SCHEMA = pa.schema(
-    [
-        ("account_id", pa.string()),
-        ("plan", pa.string()),
-        ("pool", pa.string()),
-        ("period_start", pa.date32()),
-        ("period_end", pa.date32()),
-        ("local_day", pa.date32()),
-        ("used", pa.int64()),  # tokens the pool covered through the end of local_day
-        ("exhausted_at", TIMESTAMP),  # null: not exhausted by then
-    ]
-)
 
 
 @dataclass

@@ -21,9 +21,10 @@ from billing.quota import attach_accounts
 from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args
-from pipelines.quota import meter
+from pipelines.quota import meter, store
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
+from schemas.lake import ALLOCATION_SCHEMA
 from schemas.warehouse import Account, BillableUsage, PoolUsage
 from tests.conftest import CATALOG_PATH, small_dates, table_rows
 
@@ -109,8 +110,8 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
     later = lake.list_files(lake.partition(ingested.lake, lake.EVENTS, dates[2]))[0]
     os.utime(later, ns=(os.stat(later).st_atime_ns, os.stat(later).st_mtime_ns + 1))
     assert started()
-    state = lake.partition(ingested.lake, meter.POOL_STATE, dates[0])
-    assert lake.list_files(state) and lake.exists(lake.join(state, meter.STATE_STAMP))
+    state = lake.partition(ingested.lake, store.POOL_STATE, dates[0])
+    assert lake.list_files(state) and lake.exists(lake.join(state, store.STATE_STAMP))
     rows = _outputs(ingested)
 
     path = lake.list_files(lake.partition(ingested.lake, lake.EVENTS, dates[0]))[0]
@@ -123,7 +124,7 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
     assert not started()
     _meter(ingested, dates[:1])
     assert started()
-    for name, garbage in ((meter.STATE_STAMP, b"{not json"), (Path(lake.list_files(state)[0]).name, b"PAR1")):
+    for name, garbage in ((store.STATE_STAMP, b"{not json"), (Path(lake.list_files(state)[0]).name, b"PAR1")):
         _meter(ingested, dates[:1])
         Path(state, name).write_bytes(garbage)  # unreadable: metered from the period starts
         assert not started()
@@ -148,7 +149,7 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
     _meter(ingested, dates[-1:])
     after = dates[-1] + dt.timedelta(days=1)
     assert not lake.list_files(lake.partition(ingested.lake, lake.EVENTS, after))
-    assert not lake.list_files(lake.partition(ingested.lake, meter.POOL_STATE, dates[-1]), "*")
+    assert not lake.list_files(lake.partition(ingested.lake, store.POOL_STATE, dates[-1]), "*")
 
 
 def test_the_shard_count_follows_the_window_and_changes_no_row(ingested, tmp_path, catalog, monkeypatch):
@@ -194,14 +195,14 @@ def test_the_size_of_read_units_changes_no_row(ingested, monkeypatch):
     assert len(lake.row_group_units(_files(ingested.lake))) < len(lake.row_groups(_files(ingested.lake)))
     batched = _meter(ingested, dates)
     outputs = _outputs(ingested)
-    monkeypatch.setattr(lake, "UNIT_ROWS", 1)  # one row group per unit
+    monkeypatch.setattr(lake.parquet, "UNIT_ROWS", 1)  # one row group per unit
     assert _meter(ingested, dates) == batched
     assert _outputs(ingested) == outputs
 
 
 def test_the_read_window_starts_at_the_longest_pool_period_of_the_catalog(catalog):
     sunday = dt.date(2026, 3, 15)
-    assert meter.read_window([sunday], catalog) == (dt.date(2026, 3, 8), dt.date(2026, 3, 16))  # weekly pools
+    assert store.read_window([sunday], catalog) == (dt.date(2026, 3, 8), dt.date(2026, 3, 16))  # weekly pools
     monthly = catalog.model_copy(
         update={
             "plans": [
@@ -210,7 +211,7 @@ def test_the_read_window_starts_at_the_longest_pool_period_of_the_catalog(catalo
             ]
         }
     )
-    assert meter.read_window([sunday], monthly) == (dt.date(2026, 2, 28), dt.date(2026, 3, 16))
+    assert store.read_window([sunday], monthly) == (dt.date(2026, 2, 28), dt.date(2026, 3, 16))
 
 
 def _files(lake_root: str) -> list[str]:
@@ -333,11 +334,11 @@ def test_balances_are_kept_for_the_last_days_with_data_and_month_ends(tmp_path):
     days = [start + dt.timedelta(days=i) for i in range(60)]  # to 20 March
     for d in days[:45]:  # events up to 5 March
         (tmp_path / lake.EVENTS / f"date={d}").mkdir(parents=True)
-    kept = meter.state_dates(str(tmp_path), days)
+    kept = store.state_dates(str(tmp_path), days)
     ready_last = dt.date(2026, 3, 4)  # the last date whose next day has events
-    tail = [ready_last - dt.timedelta(days=i) for i in range(meter.STATE_DAYS)][::-1]
+    tail = [ready_last - dt.timedelta(days=i) for i in range(store.STATE_DAYS)][::-1]
     assert kept == [dt.date(2026, 1, 31), *tail]
-    assert meter.state_dates(str(tmp_path), days[40:44]) == days[40:44]
+    assert store.state_dates(str(tmp_path), days[40:44]) == days[40:44]
 
 
 def _account_days_with_overage(engine, n: int) -> list[tuple]:  # type: ignore[no-untyped-def]
@@ -476,8 +477,8 @@ def test_quota_explain_on_the_command_line(ingested, capsys, tmp_path):
 def _kept_balances(lake_root: str) -> list[dict]:
     rows = [
         row
-        for day in lake.partition_dates(lake_root, meter.POOL_STATE)
-        for f in lake.list_files(lake.partition(lake_root, meter.POOL_STATE, day))
+        for day in lake.partition_dates(lake_root, store.POOL_STATE)
+        for f in lake.list_files(lake.partition(lake_root, store.POOL_STATE, day))
         for row in lake.read_parquet(f).to_pylist()
     ]
     return sorted(rows, key=repr)
@@ -491,7 +492,7 @@ def test_allocation_records_and_kept_balances_are_one_file_per_local_day(ingeste
     _meter(ingested, dates)
     whole = _allocations(ingested.lake)
     balances = _kept_balances(ingested.lake)
-    monkeypatch.setattr(meter, "ROWS_PER_GROUP", 64)
+    monkeypatch.setattr(store, "ROWS_PER_GROUP", 64)
     monkeypatch.setattr(meter, "SHARD_ROWS", 500)  # many shards: many pieces per day
     monkeypatch.setattr(lake.IpcSegments, "OPEN", 3)  # and spill files closed while their rows wait
     _meter(ingested, dates)
@@ -499,18 +500,18 @@ def test_allocation_records_and_kept_balances_are_one_file_per_local_day(ingeste
     assert _kept_balances(ingested.lake) == balances and len(balances) > 0
     kept = 0
     for day in dates:
-        files = lake.list_files(lake.partition(ingested.lake, meter.POOL_STATE, day), "*")
-        assert [Path(f).name for f in files] in ([], [meter.STATE_STAMP, "part-0000.parquet"])
+        files = lake.list_files(lake.partition(ingested.lake, store.POOL_STATE, day), "*")
+        assert [Path(f).name for f in files] in ([], [store.STATE_STAMP, "part-0000.parquet"])
         kept += len(files) > 0
     assert kept > 1
     groups = 0
     for day in dates:
-        files = lake.list_files(lake.partition(ingested.lake, meter.ALLOCATIONS, day), "*")
+        files = lake.list_files(lake.partition(ingested.lake, store.ALLOCATIONS, day), "*")
         assert [Path(f).name for f in files] in ([], ["part-0000.parquet"])
         if files:
             metadata = pq.ParquetFile(files[0]).metadata
             groups = max(groups, metadata.num_row_groups)
-            assert pq.ParquetFile(files[0]).schema_arrow == meter.ALLOCATION_SCHEMA
+            assert pq.ParquetFile(files[0]).schema_arrow == ALLOCATION_SCHEMA
     assert groups > 1
     assert not (Path(ingested.lake) / "_staging").exists() or not any(
         (Path(ingested.lake) / "_staging").iterdir()

@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.jobs import run_day as jobs
-from pipelines.quota import meter
+from pipelines.quota import meter, store
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
@@ -173,7 +173,7 @@ class World:
         return {(r[0], r[1], r[2], _day(r[3])): r[4] for r in rows if r[4]}
 
     def draws(self) -> dict:
-        folder = lake.join(self.settings.lake, meter.ALLOCATIONS)
+        folder = lake.join(self.settings.lake, store.ALLOCATIONS)
         if not os.path.isdir(folder):
             return {}
         t = ds.dataset(folder, format="parquet", partitioning="hive").to_table()

@@ -16,7 +16,7 @@ import pytest
 from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args
-from pipelines.quota import meter
+from pipelines.quota import meter, store
 from pipelines.usage import aggregate
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
@@ -57,7 +57,7 @@ def test_two_workers_give_the_one_thread_rows(sqlite_settings, catalog, tmp_path
         rows = table_rows(sqlite_settings.database_url, model)
         assert rows, model  # not trivially equal
         assert table_rows(parallel.database_url, model) == rows, model
-    for kind in (lake.EVENTS, meter.ALLOCATIONS, meter.POOL_STATE):
+    for kind in (lake.EVENTS, store.ALLOCATIONS, store.POOL_STATE):
         assert _lake_rows(parallel.lake, kind) == _lake_rows(sqlite_settings.lake, kind), kind
 
 

@@ -26,6 +26,7 @@ from billing.invoices import month_bounds
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing.documents import check_month
 from pipelines.warehouse.engine import read_arrow
+from schemas.lake import EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
 from schemas.warehouse import Invoice, InvoiceLine, PoolUsage
 
 INVOICE_COLUMNS = ("invoice_number", "account_id", "period", "status", "currency", "subtotal", "total")
@@ -41,42 +42,6 @@ LINE_COLUMNS = (
     "unit_price",
     "amount",
     "currency",
-)
-MONEY = pa.decimal128(20, 2)
-PRICE = pa.decimal128(20, 6)
-INVOICE_SCHEMA = pa.schema(
-    [
-        ("invoice_number", pa.string()),
-        ("account_id", pa.string()),
-        ("period", pa.string()),
-        ("status", pa.string()),
-        ("currency", pa.string()),
-        ("subtotal", MONEY),
-        ("total", MONEY),
-        ("kind", pa.string()),
-        ("corrects", pa.string()),
-        ("plan", pa.string()),
-        ("finalized_at", pa.timestamp("us", tz="UTC")),
-        ("void_reason", pa.string()),
-    ]
-)
-LINE_SCHEMA = pa.schema(
-    [
-        ("invoice_number", pa.string()),
-        ("account_id", pa.string()),
-        ("period", pa.string()),
-        ("line_type", pa.string()),
-        ("model", pa.string()),
-        ("speed_tier", pa.string()),
-        ("token_kind", pa.string()),
-        ("quantity", pa.int64()),
-        ("unit_price", PRICE),
-        ("amount", MONEY),
-        ("currency", pa.string()),
-        ("line_no", pa.int32()),
-        ("adjusted_type", pa.string()),
-        ("description", pa.string()),
-    ]
 )
 
 
@@ -114,18 +79,18 @@ def _read(engine: Engine, month: str) -> tuple[pa.Table, pa.Table, list]:  # typ
     first, last = month_bounds(month)
     with engine.connect() as conn:
         invoices = read_arrow(
-            conn, select(*(i[c] for c in INVOICE_SCHEMA.names)).where(numbered), INVOICE_SCHEMA
+            conn, select(*(i[c] for c in EXPORT_INVOICE_SCHEMA.names)).where(numbered), EXPORT_INVOICE_SCHEMA
         )
         cols = [
             i[c] if c in ("invoice_number", "account_id", "period", "currency") else line[c]
-            for c in LINE_SCHEMA.names
+            for c in EXPORT_LINE_SCHEMA.names
         ]
         query = (
             select(*cols)
             .select_from(InvoiceLine.__table__.join(Invoice.__table__, line.invoice_id == i.invoice_id))
             .where(numbered)
         )
-        lines = read_arrow(conn, query, LINE_SCHEMA)
+        lines = read_arrow(conn, query, EXPORT_LINE_SCHEMA)
         pools = conn.execute(
             select(
                 p.account_id,

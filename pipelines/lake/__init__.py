@@ -16,7 +16,6 @@ from pipelines.lake.commit import (  # noqa: F401
     stages_of,
 )
 from pipelines.lake.parquet import (  # noqa: F401
-    DICTIONARY_COLUMNS,
     UNIT_ROWS,
     ParquetAppender,
     Unit,

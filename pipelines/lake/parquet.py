@@ -25,20 +25,7 @@ from pipelines.lake.paths import (
     writing,
 )
 from pipelines.runtime import faults
-
-# Columns with few distinct values: dictionary-encoding the others (ids) only costs time.
-DICTIONARY_COLUMNS = (
-    "account_id",
-    "model",
-    "speed_tier",
-    "status",
-    "error_code",
-    "_source_file",
-    "_landing_date",
-    "landing_date",
-    "source_file",
-    "reason",
-)
+from schemas.lake import DICTIONARY_COLUMNS
 
 
 def _parquet_options(schema: pa.Schema) -> dict:

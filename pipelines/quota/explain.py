@@ -110,7 +110,8 @@ def _may_hold(folder: str, shard: int, wanted: np.uint64) -> bool:
 def _draws(lake_root: str, event_id: str, local_day: dt.date, event_file: str) -> tuple[pa.Table, bool]:
     """What each pool covered of the event (pool, tokens), and whether the event's file changed after
     the metering run that wrote those records."""
-    from pipelines.quota.meter import ALLOCATION_SCHEMA, ALLOCATIONS
+    from pipelines.quota.store import ALLOCATIONS
+    from schemas.lake import ALLOCATION_SCHEMA
 
     folder = lake.partition(lake_root, ALLOCATIONS, local_day)
     files = lake.list_files(folder)

@@ -37,49 +37,50 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import logging
 import re
 import time
 import uuid
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import and_, delete, insert, select
 
-from billing.pricing import rate_from
-from billing.quota import (
-    BALANCE_SCHEMA,
-    TIMESTAMP,
-    AccountIndex,
-    Allocation,
-    Coupling,
-    allocate,
-    attach_accounts,
-    balances_at,
-)
-from billing.tokens import kind_matrix
+from billing.billable import billable_rows, metered_days, sum_by
+from billing.quota import AccountIndex, allocate, attach_accounts, balances_at
 from pipelines import lake
-from pipelines.errors import DataQualityError, UsageBillingError
-from pipelines.ingest.dedup import HASH, runs, shard_segments, stable_hash
+from pipelines.errors import UsageBillingError
+from pipelines.ingest.dedup import HASH, shard_segments, stable_hash
+from pipelines.quota.checks import _check_totals, check_allocation
 from pipelines.quota.remeter import plans_digest
+from pipelines.quota.store import (
+    ALLOCATION_SPILL,
+    POOL_STATE,
+    STATE_SPILL,
+    STATE_STAMP,
+    StateStamps,
+    _commit_allocations,
+    _commit_days,
+    _file_rows,
+    _join_spilled,
+    _spill_days,
+    dependent_days,
+    read_window,
+    state_dates,
+    usable_state,
+)
 from pipelines.runtime.options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
 from pipelines.warehouse.accounts import ACCOUNTS_LOCK
 from pipelines.warehouse.binding import require_lake, require_partitions
-from pipelines.warehouse.engine import as_date, insert_arrow, make_engine, replace_rows, require_schema
+from pipelines.warehouse.engine import insert_arrow, make_engine, replace_rows, require_schema
 from pipelines.warehouse.locks import database_lock, lock_wait, step_lock
-from schemas.catalog import TOKEN_KINDS, Catalog, load_catalog
-from schemas.events import LAKE_SCHEMA, utc_date
+from schemas.catalog import Catalog, load_catalog
+from schemas.events import LAKE_SCHEMA
+from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
 from schemas.warehouse import Account, BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
 
-ALLOCATIONS = "allocations"
-POOL_STATE = "pool_state"
-STATE_STAMP = "_stamp.json"
-STATE_VERSION = 2  # bump when the allocation rule changes: older states are then not used
-STATE_DAYS = 8  # the last dates of a run whose balances are kept (see state_dates)
 SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
 COLUMNS = [
     "event_id",
@@ -117,26 +118,6 @@ def meter_dates(opts: MeterOptions) -> list[dt.date]:
         last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
         return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
     return date_range(opts)
-
-
-def read_window(dates: list[dt.date], catalog: Catalog) -> tuple[dt.date, dt.date]:
-    """UTC dates to read: from the earliest local day the balances of the first date depend on (the
-    chain of coupled pool periods, ``Coupling.depends_from``), to the last local date + 1 (local
-    dates are UTC-12 .. UTC+14 of a UTC date)."""
-    earliest = Coupling(catalog).depends_from(dates[0])
-    return earliest - dt.timedelta(days=1), dates[-1] + dt.timedelta(days=1)
-
-
-def dependent_days(engine, catalog: Catalog, last: dt.date) -> list[dt.date]:  # type: ignore[no-untyped-def]
-    """Days after ``last`` that were metered already and whose balances events up to ``last`` can
-    change (up to ``Coupling.affects_until``): a run of dates through ``last`` meters them again."""
-    until = Coupling(catalog).affects_until(last)
-    if until <= last:
-        return []
-    m = MeteredDate.__table__.c
-    with engine.connect() as conn:
-        days = conn.execute(select(m.local_day).where(m.local_day > last, m.local_day <= until)).scalars()
-        return sorted(as_date(d) for d in days)
 
 
 def shard_count(units: list[lake.Unit]) -> int:
@@ -282,234 +263,6 @@ class AllocateShard(beam.DoFn):
                 f"shard-{shard:04d}",
             )
         yield shard
-
-
-def check_allocation(events: pa.Table, result: Allocation, state: pa.Table | None) -> None:
-    """Raise DataQualityError unless the allocation adds up: each event's included + overage tokens
-    are its tokens (none negative) and its included tokens are what its pools covered; each balance's
-    used tokens are what the state it started from said plus what its events drew, within
-    0 .. allowance. Vectorized: a few sums and one join per shard."""
-    n = events.num_rows
-    kinds = kind_matrix(events)
-    if n and min(result.included.min(), result.overage.min()) < 0:
-        raise _broken("an event got negative included or overage tokens")
-    if not np.array_equal(result.included + result.overage, kinds):
-        raise _broken("an event's included and overage tokens do not add up to its tokens")
-    draws = result.draws
-    # per event (float64 sums are exact here: an event has at most 3 x 2^31 tokens)
-    drawn = np.bincount(draws["event_index"].to_numpy(), draws["tokens"].to_numpy(), minlength=n)
-    if not np.array_equal(drawn, result.included.sum(axis=1)):
-        raise _broken("an event's included tokens differ from what its pools covered")
-    keys = ["account_id", "plan", "pool", "period_start"]
-    per_key = (
-        pa.table(
-            {
-                "account_id": events["account_id"].take(draws["event_index"]).cast(pa.string()),
-                "plan": draws["plan"],
-                "pool": draws["pool"],
-                "period_start": draws["period_start"].cast(pa.date32()),
-                "tokens": draws["tokens"],
-            }
-        )
-        .group_by(keys, use_threads=False)
-        .aggregate([("tokens", "sum")])
-    )
-    pools = result.pools.select([*keys, "used", "allowance"]).cast(
-        pa.schema(
-            [
-                ("account_id", pa.string()),
-                ("plan", pa.string()),
-                ("pool", pa.string()),
-                ("period_start", pa.date32()),
-                ("used", pa.int64()),
-                ("allowance", pa.int64()),
-            ]
-        )
-    )
-    used, allowance = pools["used"].to_numpy(), pools["allowance"].to_numpy()
-    if ((used < 0) | (used > allowance)).any():
-        raise _broken("a pool balance is below zero or above its allowance")
-    joined = pools.join(per_key, keys, join_type="full outer")
-    if state is not None and state.num_rows:
-        given = state.select([*keys, "used"]).rename_columns([*keys, "given"])
-        given = given.cast(pa.schema([*(pools.schema.field(k) for k in keys), ("given", pa.int64())]))
-        joined = joined.join(given, keys, join_type="left outer")
-    else:
-        joined = joined.append_column("given", pa.nulls(joined.num_rows, pa.int64()))
-    balance = pc.fill_null(joined["used"], -1).to_numpy()
-    expected = pc.add(pc.fill_null(joined["given"], 0), pc.fill_null(joined["tokens_sum"], 0)).to_numpy()
-    if not np.array_equal(balance, expected):
-        raise _broken("a pool period's used tokens differ from the included tokens drawn from it")
-
-
-def _check_totals(billable: pa.Table | None, days: pa.Table | None) -> None:
-    """The staged billable rows and the local x UTC day bridge hold the same tokens."""
-
-    def total(t: pa.Table | None, column: str) -> int:
-        return 0 if t is None else int(pc.sum(t[column]).as_py() or 0)
-
-    for column in ("included_tokens", "overage_tokens"):
-        if total(billable, column) != total(days, column):
-            raise _broken(f"billable_usage and metered_days disagree about {column}")
-
-
-def _broken(what: str) -> DataQualityError:
-    return DataQualityError(f"metering check failed: {what}; nothing was loaded (this is a bug: report it)")
-
-
-def _day_runs(rows: pa.Table) -> tuple[pa.Table, list[tuple[dt.date, tuple[int, int]]]]:
-    """``rows`` sorted by local_day (stable) and each day's (start, end) in them: one slice per day,
-    not one scan of the rows per day."""
-    rows = rows.take(pc.sort_indices(rows["local_day"]))
-    days = rows["local_day"].to_numpy().astype("datetime64[D]")
-    return rows, [(days[start].item(), (start, end)) for start, end in runs(days)]
-
-
-# One record per (event, pool) that covered tokens of it: lake ``allocations/date=L/``.
-ALLOCATION_SCHEMA = pa.schema(
-    [
-        ("event_id", pa.string()),
-        ("event_time", TIMESTAMP),
-        ("account_id", pa.string()),
-        ("local_day", pa.date32()),
-        ("plan", pa.string()),
-        ("pool", pa.string()),
-        ("period_start", pa.date32()),
-        ("tokens", pa.int64()),
-    ]
-)
-ALLOCATION_SPILL = "_allocations"  # per shard: the records as Arrow IPC, one batch range per local day
-STATE_SPILL = "_pool_state"  # per shard: the kept balances, the same way
-ROWS_PER_GROUP = 256 * 1024  # allocation records per row group of a day's file
-
-
-def _spill_days(rows: pa.Table, folder: str, name: str) -> None:
-    """A shard's rows, sorted by local day, as one Arrow IPC file with a batch range per day, and a
-    sidecar naming each day's range: the driver joins every shard's day into one file of its own."""
-    if rows.num_rows == 0:
-        return
-    rows, days = _day_runs(rows)
-    path = lake.join(folder, f"{name}.arrow")
-    ranges = lake.write_ipc_segments(path, rows, [(start, end - start) for _, (start, end) in days])
-    lake.write_json(
-        lake.join(folder, f"{name}.json"),
-        {day.isoformat(): list(batches) for (day, _), batches in zip(days, ranges, strict=True)},
-    )
-
-
-def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.date]) -> int:
-    """The allocation records of each local day, joined from every shard's spill, replace the day's
-    partition; a day without records commits an empty partition. Returns the rows."""
-    rows = _join_spilled(stage, ALLOCATION_SPILL, ALLOCATIONS, ALLOCATION_SCHEMA, dates)
-    for day in dates:
-        staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
-        lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
-    return rows
-
-
-def _join_spilled(stage: str, spill: str, dataset: str, schema: pa.Schema, days: list[dt.date]) -> int:
-    """Each day's rows of every shard's spill (``_spill_days``) as one staged file of the day's
-    partition (``part-0000.parquet``), row groups of ``ROWS_PER_GROUP``: not one small file per shard
-    and day (metering 10M events over 28 days wrote 100 per day). The driver holds one row group at a
-    time. A day without rows gets no file. Returns the rows."""
-    folder = lake.join(stage, spill)
-    pieces: dict[str, list[tuple[str, int, int]]] = {}
-    for sidecar in lake.list_files(folder, "*.json"):
-        data = sidecar.removesuffix(".json") + ".arrow"
-        for day, (first, end) in lake.read_json(sidecar).items():  # type: ignore[union-attr]
-            pieces.setdefault(day, []).append((data, first, end))
-    rows = 0
-    with lake.IpcSegments() as spills:
-        for day in days:
-            if day.isoformat() not in pieces:
-                continue
-            staged = lake.partition(lake.join(stage, "_commit"), dataset, day)
-            writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), schema)
-            buffer: list[pa.Table] = []
-            try:
-                for data, first, end in pieces[day.isoformat()]:
-                    buffer.append(spills.read(data, first, end))
-                    if sum(t.num_rows for t in buffer) >= ROWS_PER_GROUP:
-                        rows += _flush(writer, buffer)
-                rows += _flush(writer, buffer)
-            finally:
-                writer.close()
-    return rows
-
-
-def _flush(writer: lake.ParquetAppender, buffer: list[pa.Table]) -> int:
-    if not buffer:
-        return 0
-    table = pa.concat_tables(buffer).combine_chunks()  # spilled in the file's schema already
-    buffer.clear()
-    writer.write(table)
-    return table.num_rows
-
-
-def billable_rows(
-    events: pa.Table, included: np.ndarray, overage: np.ndarray, keep: pa.Array, catalog: Catalog
-) -> pa.Table:
-    """Per (account, model, tier, local day, token kind, price in force): included and overage tokens.
-
-    ``price_from`` is the effective_from of the price in force on the events' UTC days
-    (``billing.pricing.rate_from``; null where none was), the key invoicing prices the row by;
-    ``rate_day`` the UTC date of the row's first event. Events of one local day priced differently (a
-    price change at UTC midnight) get rows of their own.
-    """
-    utc_day = utc_date(events["event_time"]).to_numpy().astype("datetime64[D]")
-    rate = rate_from(catalog, events["model"], events["speed_tier"], utc_day)
-    rate_key = np.where(np.isnat(rate), -1, rate.astype(np.int64))
-    # Sum per event group first (six token columns), then one row per token kind: a third of the rows
-    # through the group_by.
-    keys = ["account_id", "model", "speed_tier", "local_day", "rate_key"]
-    columns = {k: events[k] for k in keys[:-1]}
-    columns |= {"rate_key": pa.array(rate_key), "rate_day": pa.array(utc_day)}
-    for k in range(len(TOKEN_KINDS)):
-        columns |= {f"included_{k}": pa.array(included[:, k]), f"overage_{k}": pa.array(overage[:, k])}
-    sums = [c for c in columns if c.startswith(("included_", "overage_"))]
-    g = (
-        pa.table(columns)
-        .filter(keep)
-        .group_by(keys, use_threads=False)
-        .aggregate([(c, "sum") for c in sums] + [("rate_day", "min")])
-    )
-    key = g["rate_key"].to_numpy()
-    price_from = pa.array(np.maximum(key, 0).astype("datetime64[D]"))
-    price_from = pc.if_else(pc.less(g["rate_key"], 0), pa.scalar(None, pa.date32()), price_from)
-    parts = [
-        pa.table(
-            {
-                **{c: g[c] for c in keys[:-1]},
-                "token_kind": pa.repeat(pa.scalar(kind, pa.string()), g.num_rows),
-                "included_tokens": g[f"included_{k}_sum"],
-                "overage_tokens": g[f"overage_{k}_sum"],
-                "rate_day": g["rate_day_min"],
-                "price_from": price_from,
-            }
-        )
-        for k, kind in enumerate(TOKEN_KINDS)
-    ]
-    return pa.concat_tables(parts)
-
-
-def metered_days(events: pa.Table, included: np.ndarray, overage: np.ndarray, keep: pa.Array) -> pa.Table:
-    """Tokens per (account-local day, UTC day): what ties billable usage (local days) to usage_daily
-    (UTC days) in the reconciliation, without a UTC day on every billable row."""
-    rows = pa.table(
-        {
-            "local_day": events["local_day"],
-            "utc_day": utc_date(events["event_time"]),
-            "included_tokens": pa.array(included.sum(axis=1)),
-            "overage_tokens": pa.array(overage.sum(axis=1)),
-        }
-    ).filter(keep)
-    return sum_by(rows, ["local_day", "utc_day"])
-
-
-def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
-    values = [c for c in rows.column_names if c not in keys]
-    g = rows.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in values])
-    return g.rename_columns([c.removesuffix("_sum") for c in g.column_names])
 
 
 class MeterQuota(beam.PTransform):
@@ -694,92 +447,3 @@ def _run(
         "pool_usage": 0 if pools is None else pools.num_rows,
         "allocations": allocations,
     }
-
-
-def _commit_days(lake_root: str, stage: str, run_id: str, dates: list[dt.date], dataset: str) -> int:
-    """One partition per local day: the day's rows (one file per shard, staged by the pipeline)
-    replace the previous ones; a day without rows commits an empty partition. Returns the rows."""
-    rows = 0
-    for day in dates:
-        staged = lake.partition(lake.join(stage, "_commit"), dataset, day)
-        rows += sum(lake.open_parquet(f).metadata.num_rows for f in lake.list_files(staged))
-        lake.commit(staged, lake.partition(lake_root, dataset, day), run_id)
-    return rows
-
-
-class StateStamps:
-    """What the balances at the end of a local day were computed from: the allocation rule's version,
-    the catalog's plans, the accounts, and the event files of the UTC days the balances going on the
-    next day depend on (``read_window``). Equal stamps: the state is still right."""
-
-    def __init__(self, lake_root: str, catalog: Catalog, accounts: pa.Table) -> None:
-        self.lake_root, self.catalog = lake_root, catalog
-        ordered = accounts.sort_by([(c, "ascending") for c in accounts.column_names])
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, ordered.schema) as writer:
-            writer.write_table(ordered)
-        self.base = {
-            "version": STATE_VERSION,
-            "plans": plans_digest(catalog),
-            "accounts": hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest(),
-        }
-        self._days: dict[dt.date, str] = {}
-
-    def _files(self, day: dt.date) -> str:
-        if day not in self._days:
-            folder = lake.partition(self.lake_root, lake.EVENTS, day)
-            listing = [
-                (p.rsplit("/", 1)[-1], size, mtime) for p, size, mtime in lake.stamps(lake.list_files(folder))
-            ]
-            self._days[day] = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
-        return self._days[day]
-
-    def of(self, day: dt.date) -> dict:
-        # UTC days from the earliest day the next day's balances depend on (coupled periods included,
-        # minus a day for zones east of UTC) to the next day (local ``day`` ends there west of UTC).
-        lo, hi = read_window([day + dt.timedelta(days=1)], self.catalog)[0], day + dt.timedelta(days=1)
-        events = [self._files(lo + dt.timedelta(days=i)) for i in range((hi - lo).days + 1)]
-        return {
-            **self.base,
-            "day": day.isoformat(),
-            "events": hashlib.sha256("".join(events).encode()).hexdigest(),
-        }
-
-
-def state_dates(lake_root: str, dates: list[dt.date]) -> list[dt.date]:
-    """The dates whose end-of-day balances a run keeps: where a later run can start. Only dates whose
-    next UTC day has events (until those arrive, the stamp is bound to change); of those, the last
-    ``STATE_DAYS`` (a daily run starts the day before its earliest late event) and each month's last
-    day (``--month``). Not every day of a long backfill: a file per date."""
-    ready = [
-        d
-        for d in dates
-        if lake.folder_exists(lake.partition(lake_root, lake.EVENTS, d + dt.timedelta(days=1)))
-    ]
-    return [
-        d for i, d in enumerate(ready) if i >= len(ready) - STATE_DAYS or (d + dt.timedelta(days=1)).day == 1
-    ]
-
-
-def usable_state(lake_root: str, day: dt.date, stamps: StateStamps) -> list[str] | None:
-    """The files of the balances at the end of ``day`` if their stamp still matches and they are all
-    there, else None."""
-    folder = lake.partition(lake_root, POOL_STATE, day)
-    marker = lake.join(folder, STATE_STAMP)
-    if not lake.exists(marker):
-        return None
-    try:
-        stamp = lake.read_json(marker)
-        files = lake.list_files(folder)
-        rows = _file_rows(files)
-    except (ValueError, OSError, pa.ArrowException, UsageBillingError) as exc:  # unreadable: no state
-        log.warning("not using the pool balances of %s: %s", day, exc)
-        return None
-    if not isinstance(stamp, dict) or stamp.pop("files", None) != rows or stamp != stamps.of(day):
-        return None
-    return files
-
-
-def _file_rows(files: list[str]) -> dict[str, int]:
-    """File name -> rows: what a state's stamp says it holds (a lost or extra file makes it unusable)."""
-    return {f.rsplit("/", 1)[-1]: lake.open_parquet(f).metadata.num_rows for f in files}

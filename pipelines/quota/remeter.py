@@ -122,7 +122,7 @@ def queue_account_changes(conn: Connection, old: list, new: list, now: dt.dateti
     """Queue the metered local days an accounts load changes: for each account whose plan in force
     changed, the days it has usage on within the changed span; whose timezone changed, every day it
     has usage on and ``TIMEZONE_REACH`` days around them (its events move to other local days). Later
-    days those balances reach are metered with them (``meter.dependent_days``). Returns the days
+    days those balances reach are metered with them (``store.dependent_days``). Returns the days
     queued."""
     by_account: dict[str, tuple[list, list]] = {}  # type: ignore[type-arg]
     for r in old:
