@@ -11,7 +11,9 @@ import pyarrow.parquet as pq
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.ingest.events import IngestEvents, MergeStats, ReadUnit
+from pipelines.ingest.events import IngestEvents
+from pipelines.ingest.stats import MergeStats
+from pipelines.ingest.units import ReadUnit
 from pipelines.ingest.validate import Rules
 from pipelines.usage.aggregate import CombineDayPartials, DailyUsage
 from pipelines.usage.partials import partial_usage

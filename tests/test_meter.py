@@ -22,7 +22,7 @@ from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args
 from pipelines.quota import meter, store
-from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.accounts import load_accounts, load_accounts_table
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.lake import ALLOCATION_SCHEMA
 from schemas.warehouse import Account, BillableUsage, PoolUsage
@@ -46,7 +46,7 @@ def test_every_token_of_the_metered_days_is_included_or_overage_once(ingested):
     _meter(ingested, dates)
     engine = make_engine(ingested.database_url)
     events = ds.dataset(f"{ingested.lake}/events", format="parquet").to_table()
-    events = attach_accounts(events, meter.load_accounts_table(engine))
+    events = attach_accounts(events, load_accounts_table(engine))
     local = events["local_day"]
     sel = events.filter(pc.and_(pc.greater_equal(local, dates[0]), pc.less_equal(local, dates[-1])))
     b = BillableUsage.__table__
@@ -155,12 +155,12 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
 def test_the_shard_count_follows_the_window_and_changes_no_row(ingested, tmp_path, catalog, monkeypatch):
     """A run's account shards come from its window's size; many small shards give the rows one gives."""
     dates = small_dates()
-    monkeypatch.setattr(meter, "SHARD_ROWS", 10**9)
-    assert meter.shard_count(lake.row_group_units(_files(ingested.lake))) == 1
+    monkeypatch.setattr(store, "SHARD_ROWS", 10**9)
+    assert store.shard_count(lake.row_group_units(_files(ingested.lake))) == 1
     one = _meter(ingested, dates)
     outputs = _outputs(ingested)
-    monkeypatch.setattr(meter, "SHARD_ROWS", 300)
-    assert meter.shard_count(lake.row_group_units(_files(ingested.lake))) >= 10
+    monkeypatch.setattr(store, "SHARD_ROWS", 300)
+    assert store.shard_count(lake.row_group_units(_files(ingested.lake))) >= 10
     assert _meter(ingested, dates) == one
     assert _outputs(ingested) == outputs
 
@@ -366,7 +366,7 @@ def test_quota_explain_adds_up_to_the_billable_rows_of_its_events(ingested, cata
     groups = _account_days_with_overage(engine, 3)
     assert len(groups) == 3
     events = attach_accounts(
-        ds.dataset(f"{ingested.lake}/events", format="parquet").to_table(), meter.load_accounts_table(engine)
+        ds.dataset(f"{ingested.lake}/events", format="parquet").to_table(), load_accounts_table(engine)
     )
     wanted = set(groups)
     ids = [
@@ -493,7 +493,7 @@ def test_allocation_records_and_kept_balances_are_one_file_per_local_day(ingeste
     whole = _allocations(ingested.lake)
     balances = _kept_balances(ingested.lake)
     monkeypatch.setattr(store, "ROWS_PER_GROUP", 64)
-    monkeypatch.setattr(meter, "SHARD_ROWS", 500)  # many shards: many pieces per day
+    monkeypatch.setattr(store, "SHARD_ROWS", 500)  # many shards: many pieces per day
     monkeypatch.setattr(lake.IpcSegments, "OPEN", 3)  # and spill files closed while their rows wait
     _meter(ingested, dates)
     assert _allocations(ingested.lake) == whole and len(whole) > 0

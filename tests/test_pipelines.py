@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import func, select
 
 from pipelines.ingest import events as ingest
+from pipelines.ingest import units
 from pipelines.jobs.run_day import date_args, ingest_and_aggregate
 from pipelines.lake import ParquetAppender, write_parquet
 from pipelines.usage import aggregate
@@ -267,7 +268,7 @@ def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
     upgrade(make_engine(pieces.database_url))
     seen_subs = []
     original = ingest.sub_shards
-    monkeypatch.setattr(ingest, "SUB_SHARD_ROWS", 40)
+    monkeypatch.setattr(units, "SUB_SHARD_ROWS", 40)
     for day in small_dates():
         for settings, small in ((whole, False), (pieces, True)):
             if not small:

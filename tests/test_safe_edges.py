@@ -140,7 +140,7 @@ def test_a_rerun_with_fewer_landing_files_keeps_the_quarantine_of_the_others(bui
 def _quarantine_files(lake_root: str, day: str) -> dict[str, int]:
     from collections import Counter
 
-    from pipelines.ingest.events import committed_quarantine
+    from pipelines.ingest.commit import committed_quarantine
 
     table = committed_quarantine(lake_root, dt.date.fromisoformat(day))
     return dict(Counter(table["source_file"].to_pylist())) if table.num_rows else {}
@@ -327,7 +327,7 @@ def test_quarantined_rows_are_replayed_once_their_cause_is_fixed(sqlite_settings
 def _quarantine_reasons(lake_root: str, day: str) -> dict[str, int]:
     from collections import Counter
 
-    from pipelines.ingest.events import committed_quarantine
+    from pipelines.ingest.commit import committed_quarantine
 
     table = committed_quarantine(lake_root, dt.date.fromisoformat(day))
     return dict(Counter(table["reason"].to_pylist())) if table.num_rows else {}

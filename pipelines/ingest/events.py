@@ -16,38 +16,48 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-import os
-import stat
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
-from sqlalchemy import Engine, delete, insert
+from sqlalchemy import Engine
 
 from pipelines import lake
-from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.ingest.commit import (
+    JOURNAL,
+    STEP,
+    IngestResult,
+    _check_conservation,
+    _collect,
+    _finish,
+    _other_files_quarantine,
+    recover_runs,
+)
 from pipelines.ingest.dedup import (
-    ShardResult,
     dedup_shard,
-    sorted_hashes,
-    sub_shard_of,
     sub_shard_segments,
     with_hash,
 )
 from pipelines.ingest.readers import (
     LandingFileChanged,
     file_kind,
-    parquet_units,
     read_json_file,
     read_parquet_unit,
     source_name,
-    stamp,
     whole_file,
+)
+from pipelines.ingest.stats import MergeStats, _by_landing, _merge, _per_landing, _reason_counts, _stats
+from pipelines.ingest.units import (
+    LakeShard,
+    ReadUnit,
+    dedup_window,
+    index_file,
+    read_units,
+    shard_file,
+    sub_shards,
 )
 from pipelines.ingest.validate import Rules, validate
 from pipelines.runtime import faults
@@ -66,7 +76,6 @@ from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import load_catalog
 from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA, LOW_CARDINALITY, QUARANTINE_SCHEMA
-from schemas.warehouse import IngestRun, RecomputeQueue
 
 log = logging.getLogger(__name__)
 
@@ -82,63 +91,12 @@ class IngestOptions(CommonOptions, PipelineOptions):  # a direct subclass too: s
 # -- stats ---------------------------------------------------------------------------------------
 
 
-def _stats(**values: object) -> dict:
-    base = {"files": 0, "rows_read": 0, "clean": 0, "duplicates": 0, "quarantined": {}, "late": {}}
-    base.update(values)
-    return base
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        if isinstance(v, dict):
-            merged = dict(out.get(k, {}))
-            for kk, vv in v.items():
-                merged[kk] = merged.get(kk, 0) + vv
-            out[k] = merged
-        else:
-            out[k] = out.get(k, 0) + v
-    return out
-
-
-class MergeStats(beam.CombineFn):
-    def create_accumulator(self) -> dict:
-        return _stats()
-
-    def add_input(self, acc: dict, value: dict) -> dict:
-        return _merge(acc, value)
-
-    def merge_accumulators(self, accs: Iterable[dict]) -> dict:
-        out = _stats()
-        for a in accs:
-            out = _merge(out, a)
-        return out
-
-    def extract_output(self, acc: dict) -> dict:
-        return acc
-
-
-def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
-    return dict(_count_by(quarantine["reason"]))
-
-
 # -- DoFns ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReadUnit:
-    path: str
-    landing_date: str
-    row_group: int | None = None  # Parquet row group; None for JSON (the whole file, in chunks)
-    first: bool = True  # counts the file once
-    listed: tuple[int, int] | None = None  # (size, mtime) at listing: a changed file is never read in part
-    not_a_file: str | None = None  # what the entry is instead of a regular file (quarantined, not read)
 
 
 # Rows of one sub-shard inside a spill file, (sub, path, first batch, end batch): what travels through the
 # shuffle instead of the rows. A plain tuple, so every runner's coder carries it unchanged.
 SpillRef = tuple[int, str, int, int]
-SUB_SHARD_ROWS = 250_000  # rows deduplicated at once: a run splits each lake shard into pieces of this
 
 
 class ReadAndValidate(beam.DoFn):
@@ -186,54 +144,6 @@ class ReadAndValidate(beam.DoFn):
                 for (shard, sub, _, _), (first, end) in zip(segments, ranges, strict=True):
                     yield CLEAN, (shard, (sub, path, first, end))
         yield STATS, (unit.landing_date, stats)
-
-
-def shard_file(shard: int) -> str:
-    return f"shard-{shard:04d}.parquet"
-
-
-def index_file(shard: int) -> str:
-    """Sorted id hashes of a shard file; the leading underscore keeps Parquet readers away."""
-    return f"_ids-shard-{shard:04d}.npy"
-
-
-class LakeShard:
-    """One shard of the lake in the dedup window. ``sub`` narrows it to one sub-shard of a run (the
-    ExistingShard that dedup_shard reads)."""
-
-    def __init__(self, lake_root: str, shard: int, window: list[dt.date]) -> None:
-        self.lake_root, self.shard = lake_root, shard
-        committed = set(lake.partition_dates(lake_root, lake.EVENTS))
-        self._dates = [d for d in window if d in committed and lake.exists(self.path(d))]
-        self._hashes: dict[dt.date, np.ndarray] = {}
-        self.sub: tuple[int, int, int] | None = None  # (sub, subs, shards)
-
-    def path(self, day: dt.date, name: str | None = None) -> str:
-        return lake.join(lake.partition(self.lake_root, lake.EVENTS, day), name or shard_file(self.shard))
-
-    def dates(self) -> list[dt.date]:
-        return self._dates
-
-    def all_hashes(self, day: dt.date) -> np.ndarray:
-        if day not in self._hashes:
-            index = self.path(day, index_file(self.shard))
-            self._hashes[day] = (
-                lake.read_npy(index)
-                if lake.exists(index)
-                else sorted_hashes(lake.read_parquet(self.path(day), columns=["event_id"]))
-            )
-        return self._hashes[day]
-
-    def hashes(self, day: dt.date) -> np.ndarray:
-        h = self.all_hashes(day)
-        if self.sub is None:
-            return h
-        sub, subs, shards = self.sub
-        return h[sub_shard_of(h, shards, subs) == sub]  # still sorted
-
-    def rows(self, day: dt.date, event_ids: pa.Array) -> pa.Table:
-        table = lake.read_parquet(self.path(day))
-        return table.filter(pa.compute.is_in(table["event_id"], value_set=event_ids))
 
 
 class DedupAndStage(beam.DoFn):
@@ -295,39 +205,6 @@ class DedupAndStage(beam.DoFn):
         for i in range(current.metadata.num_row_groups):  # one row group at a time
             writer.write(current.read_row_group(i).select(list(INGEST_SCHEMA.names)).cast(INGEST_SCHEMA))
         return writer, [existing.all_hashes(day)]
-
-
-def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
-    for value in table[column].unique().to_pylist():
-        yield value.isoformat(), table.filter(pa.compute.equal(table[column], pa.scalar(value, pa.date32())))
-
-
-def _count_by(values: pa.ChunkedArray) -> list[tuple[object, int]]:
-    """(value, rows) for each value of a column; one min/max when, as usual, there is one value."""
-    if len(values) == 0:
-        return []
-    low, high = pc.min_max(values).values()
-    if low == high:
-        return [(low.as_py(), len(values))]
-    counts = pa.table({"v": values}).group_by("v").aggregate([([], "count_all")])
-    return list(zip(counts["v"].to_pylist(), counts["count_all"].to_pylist(), strict=True))
-
-
-def _per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
-    out: dict[str, dict] = {}
-
-    def add(landing: dt.date, **values: object) -> None:
-        key = landing.isoformat()
-        out[key] = _merge(out.get(key, _stats()), _stats(**values))
-
-    for day, rows in result.writes.items():  # the new rows, by event date
-        for landing, count in _count_by(rows["_landing_date"]):
-            add(landing, clean=count, late={day.isoformat(): count} if day < landing else {})
-    for landing, count in _count_by(result.duplicates["_landing_date"]):
-        add(landing, duplicates=count)
-    for landing, count in _count_by(result.conflicts["landing_date"]):
-        add(landing, quarantined={"conflicting_duplicate": count})
-    return out.items()
 
 
 class StageQuarantine(beam.DoFn):
@@ -402,88 +279,6 @@ class IngestEvents(beam.PTransform):
 
 
 # -- driver --------------------------------------------------------------------------------------
-
-
-@dataclass
-class IngestResult:
-    run_id: str
-    stats: dict[str, dict]  # landing date -> counts
-    changed_dates: list[dt.date] = field(default_factory=list)  # event dates whose partition changed
-
-    def total(self, key: str) -> int:
-        return sum(
-            s[key] if not isinstance(s[key], dict) else sum(s[key].values()) for s in self.stats.values()
-        )
-
-
-def dedup_window(dates: list[dt.date], rules: Rules) -> list[dt.date]:
-    """Event dates an event landing on ``dates`` can have: the lateness window up to one day ahead."""
-    first = dates[0] - dt.timedelta(days=rules.lateness_days)
-    last = dates[-1] + dt.timedelta(days=1 + (rules.future_slack_hours + 23) // 24)
-    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-
-
-def sub_shards(units: list[ReadUnit], shards: int) -> int:
-    """Pieces per lake shard for this run: the input's rows (exact for Parquet, an upper estimate for
-    JSON from the file size) over ``SUB_SHARD_ROWS`` per piece, so a piece's size does not grow with
-    the run."""
-    rows = 0
-    for unit in units:
-        if not unit.first:
-            continue
-        try:
-            if file_kind(unit.path) == "parquet":
-                rows += lake.open_parquet(unit.path).metadata.num_rows
-            else:
-                size = os.path.getsize(unit.path) if lake.is_local(unit.path) else 0
-                rows += size // (40 if unit.path.endswith(".gz") else 150)
-        except Exception:  # an unreadable file is quarantined by the read step; it adds no rows here
-            continue
-    return max(1, min(-(-rows // (shards * SUB_SHARD_ROWS)), 65535 // shards))
-
-
-def _not_a_regular_file(path: str) -> str | None:
-    """What a local landing entry is when it is not a regular file (links are not followed: a link to
-    /dev/zero or /etc/passwd is never opened). Object stores hold only objects."""
-    if not lake.is_local(path):
-        return None
-    mode = os.lstat(path).st_mode
-    for test, what in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return what
-    return None if stat.S_ISREG(mode) else "not a regular file"
-
-
-def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
-    units: list[ReadUnit] = []
-    for day in dates:
-        folder = lake.join(landing_root, day.isoformat())
-        if not lake.folder_exists(folder):
-            raise UsageBillingError(f"no landing folder for {day}: {folder}")
-        for path in lake.list_files(folder, "*"):
-            if os.path.basename(path).startswith("."):  # a producer's temporary file, not yet landed
-                continue
-            odd = _not_a_regular_file(path)
-            if odd:
-                units.append(ReadUnit(path, day.isoformat(), not_a_file=odd))
-                continue
-            listed = stamp(path)
-            if file_kind(path) == "parquet":
-                groups = parquet_units(path)
-                units.extend(
-                    ReadUnit(path, day.isoformat(), g, first=i == 0, listed=listed)
-                    for i, g in enumerate(groups)
-                )
-            else:
-                units.append(ReadUnit(path, day.isoformat(), listed=listed))
-    return units
 
 
 READ_ATTEMPTS = 3  # a landing file that changes while it is read: the run is read again from the listing
@@ -575,117 +370,4 @@ def _ingest(
     return result
 
 
-def committed_quarantine(lake_root: str, day: dt.date) -> pa.Table:
-    """The committed quarantine of landing date ``day`` (an empty table where there is none)."""
-    files = lake.list_files(lake.partition(lake_root, lake.QUARANTINE, day))
-    return (
-        pa.concat_tables([lake.read_parquet(f) for f in files]) if files else QUARANTINE_SCHEMA.empty_table()
-    )
-
-
-def _other_files_quarantine(lake_root: str, day: dt.date, units: list[ReadUnit]) -> pa.Table:
-    """The landing date's quarantine rows of files this run did not read: a rerun with fewer files (a
-    landing folder partly restored, another landing root by mistake) replaces only what it read."""
-    old = committed_quarantine(lake_root, day)
-    if old.num_rows == 0:
-        return QUARANTINE_SCHEMA.empty_table()
-    read = pa.array(
-        sorted({source_name(u.path) for u in units if u.landing_date == day.isoformat()}), pa.string()
-    )
-    return old.filter(pc.invert(pc.is_in(old["source_file"], value_set=read))).cast(QUARANTINE_SCHEMA)
-
-
 # -- commit: a journal makes the run's partitions and its warehouse rows all-or-nothing -----------
-
-STEP = "events ingest"
-JOURNAL = "_ingest_commit.json"  # written once the run is checked: its commit must be completed
-
-
-def _finish(lake_root: str, engine: Engine, stage: str, journal: dict) -> None:
-    """Swap in every staged partition still in staging, then write the run's warehouse rows.
-
-    Idempotent: a partition already swapped is no longer in staging, and the warehouse rows are
-    replaced by run id; so finishing a journal that a killed run left behind completes that run.
-    """
-    run_id = journal["run_id"]
-    for day in journal["changed_dates"]:
-        staged = lake.partition(stage, lake.EVENTS, day)
-        if lake.folder_exists(staged):
-            lake.commit(staged, lake.partition(lake_root, lake.EVENTS, day), run_id, carry_over=True)
-            faults.checkpoint("lake.commit")
-    for day in journal["landing_dates"]:
-        staged = lake.partition(stage, lake.QUARANTINE, day)
-        if lake.folder_exists(staged):
-            lake.commit(staged, lake.partition(lake_root, lake.QUARANTINE, day), run_id)
-    now = dt.datetime.now(dt.UTC)
-    with engine.begin() as conn:
-        conn.execute(delete(IngestRun.__table__).where(IngestRun.run_id == run_id))
-        conn.execute(
-            insert(IngestRun.__table__),
-            [
-                {
-                    "run_id": run_id,
-                    "landing_date": dt.date.fromisoformat(day),
-                    "started_at": dt.datetime.fromisoformat(journal["started_at"]),
-                    "finished_at": dt.datetime.fromisoformat(journal["finished_at"]),
-                    "files": s["files"],
-                    "rows_read": s["rows_read"],
-                    "clean": s["clean"],
-                    "quarantined": sum(s["quarantined"].values()),
-                    "duplicates": s["duplicates"],
-                    "quarantined_by_reason": s["quarantined"],
-                    "late_rows": s["late"],
-                    "status": "ok",
-                }
-                for day, s in sorted(journal["stats"].items())
-            ],
-        )
-        queue = RecomputeQueue.__table__
-        conn.execute(delete(queue).where(queue.c.run_id == run_id))
-        if journal["changed_dates"]:
-            conn.execute(
-                insert(queue),
-                [
-                    {"day": dt.date.fromisoformat(d), "run_id": run_id, "queued_at": now}
-                    for d in journal["changed_dates"]
-                ],
-            )
-    lake.discard(stage)
-
-
-def recover_runs(lake_root: str, engine: Engine) -> list[dt.date]:
-    """Finish what killed ingest runs left: half-swapped partitions, journaled commits (rolled
-    forward), staging of runs that never reached their journal (discarded). Returns the event dates
-    the finished commits changed. Call it holding the ingest lock: no other ingest is running."""
-    for dataset in (lake.EVENTS, lake.QUARANTINE):
-        lake.recover(lake_root, dataset)
-    changed: set[dt.date] = set()
-    for stage in lake.stages_of(lake_root, STEP):
-        if lake.exists(lake.join(stage, JOURNAL)):
-            journal = lake.read_json(lake.join(stage, JOURNAL))
-            log.warning("finishing the commit of ingest run %s, which stopped part way", journal["run_id"])
-            _finish(lake_root, engine, stage, journal)  # type: ignore[arg-type]
-            changed.update(dt.date.fromisoformat(d) for d in journal["changed_dates"])  # type: ignore[index]
-        else:
-            lake.discard(stage)
-    return sorted(changed)
-
-
-def _collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
-    stats = {}
-    for day in dates:
-        path = lake.join(stage, "stats", f"{day.isoformat()}.json")
-        stats[day.isoformat()] = lake.read_json(path) if lake.exists(path) else _stats()
-    changed = lake.partition_dates(stage, lake.EVENTS)
-    return IngestResult(run_id, stats, changed)
-
-
-def _check_conservation(result: IngestResult) -> None:
-    for day, s in sorted(result.stats.items()):
-        accounted = s["clean"] + sum(s["quarantined"].values()) + s["duplicates"]
-        if accounted != s["rows_read"]:
-            raise DataQualityError(
-                f"conservation broken for landing {day}: read {s['rows_read']} rows but "
-                f"clean {s['clean']} + quarantined {sum(s['quarantined'].values())} + "
-                f"duplicates {s['duplicates']} = {accounted}; nothing was committed"
-            )

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest import events as ingest
+from pipelines.ingest.commit import committed_quarantine
 from pipelines.settings import Settings
 
 STEP = "events replay"
@@ -67,7 +68,7 @@ def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: 
     def prepare() -> dict[dt.date, pa.Table]:  # under the ingest lock
         for dead in lake.stages_of(settings.lake, STEP):
             lake.discard(dead)
-        rows = ingest.committed_quarantine(settings.lake, day)
+        rows = committed_quarantine(settings.lake, day)
         if rows.num_rows == 0:
             raise UsageBillingError(f"landing date {day} has no quarantined row to replay")
         matching = pc.fill_null(_matches(rows["reason"], reason), False)

@@ -24,7 +24,7 @@ from billing.tokens import token_kinds
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.dedup import shard_of, stable_hash
-from pipelines.ingest.events import index_file, shard_file
+from pipelines.ingest.units import index_file, shard_file
 from pipelines.quota.remeter import out_of_date
 from pipelines.quota.show import as_utc, period_balance
 from schemas.catalog import TOKEN_KINDS, Catalog
@@ -136,7 +136,7 @@ def _metered(engine: Engine, local_day: dt.date, utc_day: dt.date) -> bool:
 def explain_event(
     engine: Engine, lake_root: str, catalog: Catalog, event_id: str, day: dt.date | None = None
 ) -> Charge:
-    from pipelines.quota.meter import load_accounts_table
+    from pipelines.warehouse.accounts import load_accounts_table
     from pipelines.warehouse.binding import require_lake
 
     require_lake(engine, lake_root, "quota explain")

@@ -36,7 +36,6 @@ changed, a state file is lost) means reading from the period starts, as before.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import re
 import time
@@ -46,13 +45,13 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
-from sqlalchemy import and_, delete, insert, select
+from sqlalchemy import and_, delete, insert
 
 from billing.billable import billable_rows, metered_days, sum_by
 from billing.quota import AccountIndex, allocate, attach_accounts, balances_at
 from pipelines import lake
 from pipelines.errors import UsageBillingError
-from pipelines.ingest.dedup import HASH, shard_segments, stable_hash
+from pipelines.ingest.dedup import HASH
 from pipelines.quota.checks import _check_totals, check_allocation
 from pipelines.quota.remeter import plans_digest
 from pipelines.quota.store import (
@@ -66,22 +65,24 @@ from pipelines.quota.store import (
     _file_rows,
     _join_spilled,
     _spill_days,
+    _staged,
     dependent_days,
     read_window,
+    shard_count,
+    spill_by_account,
     state_dates,
     usable_state,
 )
 from pipelines.runtime.options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
-from pipelines.warehouse.accounts import ACCOUNTS_LOCK
+from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import insert_arrow, make_engine, replace_rows, require_schema
 from pipelines.warehouse.locks import database_lock, lock_wait, step_lock
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
-from schemas.warehouse import Account, BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
+from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
 
-SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
 COLUMNS = [
     "event_id",
     "event_time",
@@ -120,15 +121,6 @@ def meter_dates(opts: MeterOptions) -> list[dt.date]:
     return date_range(opts)
 
 
-def shard_count(units: list[lake.Unit]) -> int:
-    """Account shards for this run: the window's rows over ``SHARD_ROWS``, so that a shard holds about
-    that many events (or one account's, if an account has more) however long the window is."""
-    rows = 0
-    for path in sorted({p for unit in units for p, _ in unit}):
-        rows += lake.open_parquet(path).metadata.num_rows
-    return max(1, min(-(-rows // SHARD_ROWS), 4096))
-
-
 class ReadAndSpill(beam.DoFn):
     """A unit of row groups -> events with plan and local day, up to the last metered date, spilled
     by shard."""
@@ -163,27 +155,6 @@ class SpillState(beam.DoFn):
     def process(self, path: str):  # type: ignore[no-untyped-def]
         state = lake.read_parquet(path).select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
         yield from spill_by_account(state, self.spill_root, path, self.shards, "state")
-
-
-def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, kind: str):  # type: ignore[no-untyped-def]
-    """Write ``table`` as one Arrow IPC file, one record batch range per account shard; yields
-    (shard, (kind, file, first batch, end batch))."""
-    # An account has many events: hash each account once (2.6x faster than hashing every row).
-    accounts = table["account_id"].combine_chunks()
-    if accounts.null_count:  # not expected (a required field): each row's text
-        hashes = stable_hash(accounts.cast(pa.string()))
-    else:
-        if not pa.types.is_dictionary(accounts.type):
-            accounts = pc.dictionary_encode(accounts)
-        hashes = stable_hash(accounts.dictionary)[accounts.indices.to_numpy()]
-    table = table.append_column(HASH, pa.array(hashes, pa.uint64()))
-    table, segments = shard_segments(table, shards)
-    if not segments:
-        return
-    spill = lake.join(spill_root, hashlib.sha1(f"{kind}:{name}".encode()).hexdigest()[:20] + ".arrow")
-    ranges = lake.write_ipc_segments(spill, table, [(o, n) for _, o, n in segments])
-    for (shard, _, _), (first, end) in zip(segments, ranges, strict=True):
-        yield shard, (kind, spill, first, end)
 
 
 class AllocateShard(beam.DoFn):
@@ -301,29 +272,6 @@ class MeterQuota(beam.PTransform):
             | "AllocateShard"
             >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_days))
         )
-
-
-def load_accounts_table(engine) -> pa.Table:  # type: ignore[no-untyped-def]
-    t = Account.__table__
-    with engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(select(t))]
-    schema = pa.schema(
-        [
-            ("account_id", pa.string()),
-            ("active_from", pa.date32()),
-            ("active_until", pa.date32()),
-            ("plan", pa.string()),
-            ("timezone", pa.string()),
-        ]
-    )
-    return pa.Table.from_pylist(rows, schema=schema)
-
-
-def _staged(stage: str, name: str) -> pa.Table | None:
-    files = lake.list_files(lake.join(stage, name))
-    tables = [lake.read_parquet(f) for f in files]
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables) if tables else None
 
 
 def run(

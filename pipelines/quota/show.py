@@ -115,7 +115,7 @@ def backup_tank(
     account's main pool was exhausted (``billing.quota.backup_tank_weekly`` on the lake's events)."""
     from billing.quota import attach_accounts, backup_tank_weekly
     from pipelines import lake
-    from pipelines.quota.meter import load_accounts_table
+    from pipelines.warehouse.accounts import load_accounts_table
 
     p = PoolUsage.__table__
     query = select(p.c.account_id, p.c.plan, p.c.pool, p.c.period_start, p.c.exhausted_at).where(

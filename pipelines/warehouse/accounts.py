@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import Engine, delete, insert
+import pyarrow as pa
+from sqlalchemy import Engine, delete, insert, select
 
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.validate import MAX_ID_LENGTH
@@ -147,3 +148,19 @@ def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
         # Metered days whose plan in force or timezone this load changed: metered again before a draft.
         queue_account_changes(conn, before, rows, dt.datetime.now(dt.UTC))
     return len(rows)
+
+
+def load_accounts_table(engine) -> pa.Table:  # type: ignore[no-untyped-def]
+    t = Account.__table__
+    with engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(select(t))]
+    schema = pa.schema(
+        [
+            ("account_id", pa.string()),
+            ("active_from", pa.date32()),
+            ("active_until", pa.date32()),
+            ("plan", pa.string()),
+            ("timezone", pa.string()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
