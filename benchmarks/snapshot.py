@@ -45,6 +45,9 @@ VOLATILE = {
     "issued_at",
     "bound_at",
     "run_id",
+    "invoice_id",  # a uuid per document (numbers and contents are compared)
+    "lake_id",  # a uuid per lake
+    "lake_path",  # where the checkout ran
     "ingest_run",
     "seconds",
     "duration_s",

@@ -18,9 +18,13 @@ VERSION_TABLE = "alembic_version"
 
 
 def alembic_config(engine: Engine) -> Config:
+    import sys
+
     from alembic.config import Config
 
-    cfg = Config()
+    # The stream of now: Alembic's default is sys.stdout as it was when Alembic was first imported,
+    # which under a test's captured output is a closed stream by the next test.
+    cfg = Config(stdout=sys.stdout)
     cfg.set_main_option("script_location", SCRIPT_LOCATION)
     cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
     cfg.attributes["connection"] = engine

@@ -1,0 +1,39 @@
+"""usage-billing retirement: the weekly adoption metrics, the detector and the retirement report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipelines.runtime.console import (
+    out,
+    settings_of,
+    step,
+)
+
+retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and retirement reports.")
+
+
+@retirement_app.command("report")
+def retirement_report(
+    ctx: typer.Context,
+    as_of: Annotated[str, typer.Option("--as-of", help="report date, YYYY-MM-DD (complete weeks up to it)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+) -> None:
+    """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
+    from pipelines.adoption.retirement import run as report
+    from pipelines.runtime.options import parse_date
+    from pipelines.warehouse.engine import make_engine, require_schema
+
+    s = settings_of(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    with step(f"retirement report as of {as_of}"):
+        data = report(engine, s.catalog, parse_date(as_of, "--as-of"), out_dir, s.lake)
+    flagged = [m["model"] for m in data["models"] if m["flagged"]]
+    out.print(
+        f"{as_of}: {len(data['models'])} models over weeks {data['weeks'][0]}..{data['weeks'][-1]}; "
+        f"candidates: {', '.join(flagged) if flagged else 'none'}; report in {out_dir / 'report.html'}"
+    )

@@ -1,0 +1,174 @@
+"""usage-billing events (generate, ingest, replay) and dq (check, accept): the ingest stage's commands."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pipelines.errors import UsageBillingError
+from pipelines.runtime.console import (
+    BEAM,
+    DateOpt,
+    FromOpt,
+    ToOpt,
+    dates_argv,
+    out,
+    settings_of,
+    step,
+)
+
+events_app = typer.Typer(no_args_is_help=False, help="Usage events: generate and ingest.")
+
+
+dq_app = typer.Typer(no_args_is_help=False, help="Data-quality gate on clean lake partitions.")
+
+
+@events_app.command("generate")
+def events_generate(
+    ctx: typer.Context,
+    days: int = typer.Option(242, help="number of days"),
+    start: str = typer.Option("2026-02-01", help="first day"),
+    accounts: int = typer.Option(5000, help="number of accounts"),
+    events_per_day: int = typer.Option(9000, help="average events per day"),
+    seed: int = typer.Option(7, help="random seed (same seed, same files)"),
+    duplicate_rate: float = typer.Option(0.004, help="share of events resent"),
+    late_rate: float = typer.Option(0.003, help="share of events landing days late"),
+    fmt: str = typer.Option("mixed", "--format", help="mixed | parquet | jsonl"),
+) -> None:
+    """Write synthetic landing files and an accounts CSV for the scenario."""
+    from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+    from pipelines.runtime.options import parse_date
+
+    s = settings_of(ctx)
+    try:
+        cfg = GeneratorConfig(
+            start=parse_date(start),
+            days=days,
+            accounts=accounts,
+            events_per_day=events_per_day,
+            seed=seed,
+            duplicate_rate=duplicate_rate,
+            late_rate=late_rate,
+            fmt=fmt,
+        )
+    except ValueError as exc:
+        raise UsageBillingError(str(exc)) from None
+    with step(f"generating {days} days of events"):
+        gen = generate(s.catalog, cfg)
+        files = write_landing(gen, cfg, s.landing)
+    out.print(
+        f"wrote {gen.events.num_rows:,} events ({gen.duplicates:,} resends, {gen.late:,} late) "
+        f"in {len(files)} files under {s.landing}, and {len(gen.accounts):,} account rows"
+    )
+
+
+@events_app.command("ingest", context_settings=BEAM)
+def events_ingest(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
+    """Validate, deduplicate and store landing files in the lake (Beam flags after --)."""
+    from pipelines.ingest import events as ingest
+
+    s = settings_of(ctx)
+    with step("ingesting"):
+        result = ingest.run([*s.argv(), *dates_argv(date, start, end), *ctx.args])
+    print_ingest(result)
+
+
+@events_app.command("replay", context_settings=BEAM)
+def events_replay(
+    ctx: typer.Context,
+    date: Annotated[str, typer.Option("--date", help="the landing date whose quarantine is replayed")],
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="only rows with this reason code (e.g. no_price)")
+    ] = None,
+) -> None:
+    """Ingest a landing date's quarantined rows again (once their cause is fixed), then aggregate and
+    meter what they changed, as run-day does."""
+    from pipelines.ingest import replay
+    from pipelines.jobs.run_day import ingest_and_aggregate
+    from pipelines.runtime.options import parse_date
+
+    s = settings_of(ctx)
+    day = parse_date(date, "--date")
+    with step(f"replaying the quarantine of {day}") as status:
+        result, summary = replay.run(s, day, reason, ctx.args)
+        done = ingest_and_aggregate(
+            s, [], ctx.args, on_step=lambda n: status.update(f"replay {day}: {n}"), ingested=result
+        )
+    out.print(
+        f"replayed {summary.selected:,} quarantined rows of {day}"
+        + (f" with reason {reason}" if reason else "")
+        + f"; {summary.kept:,} quarantine rows left as they were"
+        + (
+            f" ({summary.whole_file:,} stand for whole files: land those files again)"
+            if summary.whole_file
+            else ""
+        ),
+        soft_wrap=True,
+    )
+    print_day(done)
+
+
+def print_day(done) -> None:  # type: ignore[no-untyped-def]
+    """What a run-day (or a replay) did: the ingest, the dates aggregated, the metering runs."""
+    print_ingest(done.ingest)
+    out.print(f"aggregated {len(done.aggregated)} date(s): {', '.join(str(d) for d in done.aggregated)}")
+    for run in done.metered:
+        out.print(f"metered {run}")
+
+
+def print_ingest(result) -> None:  # type: ignore[no-untyped-def]
+    out.print(
+        f"run {result.run_id}: read {result.total('rows_read'):,} rows: clean {result.total('clean'):,}, "
+        f"quarantined {result.total('quarantined'):,}, duplicates {result.total('duplicates'):,}"
+    )
+    if result.changed_dates:
+        out.print(
+            f"partitions changed: {len(result.changed_dates)} date(s), "
+            f"{result.changed_dates[0]} .. {result.changed_dates[-1]}"
+        )
+
+
+@dq_app.command("check")
+def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
+    """Run the data-quality suite on committed partitions; store and render the results."""
+    from pipelines.ingest import quality
+    from pipelines.runtime.options import CommonOptions, date_range
+    from pipelines.warehouse.engine import make_engine, require_schema
+
+    s = settings_of(ctx)
+    dates = date_range(CommonOptions(dates_argv(date, start, end)))
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    with step("checking data quality"):
+        reports = quality.check_partitions(engine, s.lake, s.catalog, dates, "dq-check")
+    for r in reports:
+        state = (
+            "accepted"
+            if r.accepted
+            else ("FAILED: " + ", ".join(r.failed_errors) if r.failed_errors else "passed")
+        )
+        out.print(f"{r.day}: {r.rows:,} rows, {state} ({quality.html_path(s.lake, r.day)})")
+    if not reports:
+        raise UsageBillingError("no committed partition in those dates")
+    quality.require_passed(reports, s.lake)
+
+
+@dq_app.command("accept")
+def dq_accept(
+    ctx: typer.Context,
+    date: Annotated[str, typer.Option("--date", help="the date whose failed gate is accepted")],
+    reason: Annotated[str, typer.Option("--reason", help="why the data is good enough anyway")],
+) -> None:
+    """Accept a failed data-quality gate for one date (recorded with who, when and why)."""
+    from pipelines.ingest import quality
+    from pipelines.runtime.options import parse_date
+    from pipelines.warehouse.engine import make_engine, require_schema
+
+    s = settings_of(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    checks = quality.accept(engine, parse_date(date), reason)
+    out.print(
+        f"accepted {', '.join(checks)} for {date}; rerun `usage-billing run-day --date {date}` to continue"
+    )

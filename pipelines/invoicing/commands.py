@@ -1,0 +1,87 @@
+"""usage-billing invoices: draft, finalize, void and export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipelines.runtime.console import (
+    MonthOpt,
+    out,
+    settings_of,
+    step,
+)
+
+invoices_app = typer.Typer(no_args_is_help=False, help="Invoices: draft, finalize, void, export.")
+
+
+def _invoice_engine(ctx: typer.Context):  # type: ignore[no-untyped-def]
+    from pipelines.warehouse.engine import make_engine, require_schema
+
+    engine = make_engine(settings_of(ctx).database_url)
+    require_schema(engine)
+    return engine
+
+
+@invoices_app.command("draft")
+def invoices_draft(
+    ctx: typer.Context,
+    month: MonthOpt,
+    open_month: Annotated[
+        bool,
+        typer.Option("--open-month", help="draft a month that is not closed yet (marked; never finalized)"),
+    ] = False,
+) -> None:
+    """(Re)build the month's draft invoices and adjustments; finalized documents are never touched."""
+    from pipelines.invoicing.documents import draft
+
+    with step(f"drafting invoices for {month}"):
+        r = draft(_invoice_engine(ctx), settings_of(ctx).catalog, month, open_month=open_month)
+    out.print(
+        f"{r.month}: {r.invoices:,} draft invoices, {r.adjustments:,} draft adjustments, {r.lines:,} lines, "
+        f"total {r.total:,.2f} {settings_of(ctx).catalog.currency} (replaced {r.replaced_drafts:,} drafts)"
+        + ("; OPEN MONTH: these drafts are marked open_month and cannot be finalized" if r.open_month else "")
+    )
+
+
+@invoices_app.command("finalize")
+def invoices_finalize(ctx: typer.Context, month: MonthOpt) -> None:
+    """Number the month's drafts (INV-YYYYMM-NNNNNN, gapless) and freeze them."""
+    from pipelines.invoicing.documents import finalize
+
+    r = finalize(_invoice_engine(ctx), settings_of(ctx).catalog, month)
+    if r.finalized == 0:
+        out.print(f"{r.month}: no drafts to finalize")
+    else:
+        out.print(f"{r.month}: finalized {r.finalized:,} documents, {r.first_number} .. {r.last_number}")
+
+
+@invoices_app.command("void")
+def invoices_void(
+    ctx: typer.Context,
+    number: Annotated[str, typer.Option("--number", help="INV-YYYYMM-NNNNNN")],
+    reason: Annotated[str, typer.Option("--reason", help="why (recorded on the invoice)")],
+) -> None:
+    """Void a finalized invoice; the next draft of its month bills the account afresh."""
+    from pipelines.invoicing.documents import void
+
+    account = void(_invoice_engine(ctx), number, reason)
+    out.print(f"voided {number} (account {account})")
+
+
+@invoices_app.command("export")
+def invoices_export(
+    ctx: typer.Context,
+    month: MonthOpt,
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+) -> None:
+    """Write invoices and lines (CSV or Parquet) and one printable HTML page per account."""
+    from pipelines.invoicing.export import export
+
+    n = export(_invoice_engine(ctx), month, out_dir, fmt)
+    out.print(
+        f"{month}: {n['invoices']:,} documents, {n['lines']:,} lines, {n['html']:,} HTML pages in {out_dir}"
+    )

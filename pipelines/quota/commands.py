@@ -1,0 +1,113 @@
+"""usage-billing quota: meter, show and explain."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from pipelines.errors import UsageBillingError
+from pipelines.runtime.console import (
+    BEAM,
+    DateOpt,
+    FromOpt,
+    ToOpt,
+    dates_argv,
+    out,
+    settings_of,
+    step,
+)
+
+quota_app = typer.Typer(no_args_is_help=False, help="Quota pools: metering and balances.")
+
+
+@quota_app.command("meter", context_settings=BEAM)
+def quota_meter(
+    ctx: typer.Context,
+    date: DateOpt = None,
+    start: FromOpt = None,
+    end: ToOpt = None,
+    month: Annotated[str | None, typer.Option("--month", help="a whole month, YYYY-MM")] = None,
+    stale: Annotated[
+        bool,
+        typer.Option("--stale", help="every metered day an accounts load or a plan change made out of date"),
+    ] = False,
+) -> None:
+    """Meter account-local dates against the quota pools (Beam flags after --)."""
+    from pipelines.quota import meter
+
+    s = settings_of(ctx)
+    if stale:
+        if date or start or end or month:
+            raise UsageBillingError("give either --stale or dates, not both")
+        _meter_stale(s, ctx.args)
+        return
+    argv = [*s.argv(), *dates_argv(date, start, end), *(["--month", month] if month else []), *ctx.args]
+    seconds: dict[str, float] = {}
+    notes: list[str] = []
+    with step("metering quota pools"):
+        counts = meter.run(argv, seconds, notes)
+    out.print(", ".join(f"{name}: {n:,} rows" for name, n in counts.items()))
+    for note in notes:
+        out.print(note)
+    out.print(f"Beam pipeline {seconds['pipeline']:.1f} s, warehouse load {seconds['load']:.1f} s")
+
+
+def _meter_stale(s, beam_args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    from pipelines.jobs.run_day import meter_runs, out_of_date_days
+
+    days = out_of_date_days(s)
+    if not days:
+        out.print("no metered day is out of date")
+        return
+    with step(f"metering {len(days)} out-of-date day(s) again"):
+        runs = meter_runs(s, days, beam_args)
+    out.print(f"metered again: {', '.join(runs)}")
+
+
+@quota_app.command("show")
+def quota_show(
+    ctx: typer.Context,
+    account: Annotated[str, typer.Option("--account", help="account id")],
+    at: Annotated[str | None, typer.Option("--at", help="ISO time with zone (default: now)")] = None,
+) -> None:
+    """Each pool of the account's plan at a moment: allowance, used, remaining and when it resets."""
+    from pipelines.quota.show import pool_state
+    from pipelines.warehouse.engine import make_engine, require_schema
+
+    s = settings_of(ctx)
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    view = pool_state(engine, s.catalog, account, at)
+    out.print(view.header)
+    for line in view.lines:
+        out.print(line, markup=False, highlight=False)
+
+
+@quota_app.command("explain")
+def quota_explain(
+    ctx: typer.Context,
+    event_id: Annotated[str, typer.Option("--event-id", help="the event's id")],
+    date: Annotated[
+        str | None, typer.Option("--date", help="its UTC date, YYYY-MM-DD (default: search every date)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object (for support tools)")] = False,
+) -> None:
+    """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
+    from pipelines.quota.explain import as_dict, explain_event, render
+    from pipelines.runtime.options import parse_date
+    from pipelines.warehouse.engine import make_engine, require_schema
+
+    s = settings_of(ctx)
+    day = parse_date(date, "--date") if date is not None else None
+    engine = make_engine(s.database_url)
+    require_schema(engine)
+    charge = explain_event(engine, s.lake, s.catalog, event_id, day)
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps(as_dict(charge), indent=2) + "\n")
+        return
+    for line in render(charge):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
