@@ -152,7 +152,7 @@ def _reference(root: Path, n: int) -> float:
     sys.path.insert(0, str(ROOT))
     import pyarrow as pa
 
-    from billing.quota import attach_accounts
+    from billing.plan import attach_accounts
     from pipelines.warehouse.accounts import parse_accounts
     from schemas.catalog import load_catalog
     from tests.test_quota import reference

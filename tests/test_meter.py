@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import and_, func, select
 
-from billing.quota import attach_accounts
+from billing.plan import attach_accounts
 from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args

@@ -591,7 +591,7 @@ def test_metering_day_by_day_and_all_at_once_follow_the_billing_rule(scenario, t
 
 # -- the pieces ---------------------------------------------------------------------------------------
 def _coupling(plans: list[dict]):  # type: ignore[no-untyped-def]
-    from billing.quota import Coupling
+    from billing.calendar import Coupling
     from schemas.catalog import parse_catalog
 
     return Coupling(parse_catalog(base_catalog(plans)))

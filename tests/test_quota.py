@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.quota import allocate, balances_at, local_dates, period_start, split_pro_rata
+from billing.calendar import local_dates, period_start
+from billing.quota import allocate, balances_at
+from billing.tokens import split_pro_rata
 from schemas.catalog import parse_catalog
 from tests.reference_billing import period_of, split
 
@@ -330,7 +332,7 @@ _DAY_US = 86_400_000_000
 )
 def test_local_dates_equal_a_conversion_of_every_event(anchor, rows):
     """Offsets looked up per quarter hour give the dates of converting each event on its own."""
-    from billing.quota import _local_dates_per_event
+    from billing.calendar import _local_dates_per_event
 
     base = int(anchor.timestamp() * 1_000_000)
     times = pa.array([base + delta for delta, _ in rows], pa.timestamp("us", tz="UTC"))
@@ -348,10 +350,10 @@ def test_local_dates_take_timestamps_of_any_unit():
 def test_local_dates_over_a_century_convert_every_event(monkeypatch):
     """More zone x quarter-hour cells than the lookup holds: every event is converted on its own.
     (Not past 2037: Arrow's time zone database applies no daylight saving after 2037.)"""
-    from billing import quota
+    from billing import calendar
 
     looked_up = []
-    monkeypatch.setattr(quota, "_offsets", lambda us, zone: looked_up.append(zone))  # must not be used
+    monkeypatch.setattr(calendar, "_offsets", lambda us, zone: looked_up.append(zone))  # must not be used
     times = pa.array(
         [
             dt.datetime(1930, 1, 1, 23, tzinfo=dt.UTC),
@@ -373,14 +375,14 @@ def test_local_dates_convert_one_by_one_where_the_offset_changes_inside_a_lookup
     """No zone in use changes its offset inside a quarter hour, so the per-event path is checked on a
     coarser grid: with one lookup per UTC day, the day of Berlin's change to summer time (01:00 UTC)
     holds both offsets, and its events must still get their own."""
-    from billing import quota
+    from billing import calendar
 
     t = pa.array(
         [dt.datetime(2026, 3, 29, 0, 30, tzinfo=dt.UTC), dt.datetime(2026, 3, 29, 22, 30, tzinfo=dt.UTC)],
         pa.timestamp("us", tz="UTC"),
     )
     zones = pa.array(["Europe/Berlin"] * 2)
-    monkeypatch.setattr(quota, "QUARTER_HOUR_US", quota.DAY_US)
+    monkeypatch.setattr(calendar, "QUARTER_HOUR_US", calendar.DAY_US)
     assert local_dates(t, zones).tolist() == [dt.date(2026, 3, 29), dt.date(2026, 3, 30)]
 
 
@@ -417,7 +419,7 @@ def test_no_events(n):
 
 
 def test_attach_accounts_gives_local_day_and_the_plan_in_force():
-    from billing.quota import attach_accounts
+    from billing.plan import attach_accounts
 
     events = pa.table(
         {
@@ -478,7 +480,7 @@ def _accounts_and_events(draw):  # type: ignore[no-untyped-def]
 def test_attach_accounts_finds_the_row_in_force_like_a_plain_search(case):
     """The plan attached to each event is the one of its account's row whose dates hold the event's
     day, searched row by row: for accounts of one row (looked up directly) and of several."""
-    from billing.quota import attach_accounts
+    from billing.plan import attach_accounts
 
     accounts, events = case
     table = pa.table(
@@ -519,7 +521,7 @@ def test_attach_accounts_finds_the_row_in_force_like_a_plain_search(case):
 
 
 def test_attach_accounts_without_any_account_meters_in_utc_without_a_plan():
-    from billing.quota import attach_accounts
+    from billing.plan import attach_accounts
 
     events = pa.table(
         {
@@ -548,7 +550,7 @@ def test_attach_accounts_without_any_account_meters_in_utc_without_a_plan():
 
 
 def test_backup_tank_share_counts_use_after_the_main_pool_ran_out():
-    from billing.quota import backup_tank_weekly, own_pool_models
+    from billing.plan import backup_tank_weekly, own_pool_models
 
     catalog = parse_catalog(
         {

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from billing.quota import own_pool_models
+from billing.plan import own_pool_models
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args, ingest_and_aggregate
 from pipelines.quota import meter

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 from sqlalchemy import Engine, delete, func, insert, select
 
 from billing.invoices import PRICE_KEY
+from billing.plan import own_pool_models
 from billing.pricing import MissingPriceError, amounts, applied_prices
-from billing.quota import own_pool_models
 from pipelines.adoption import weekly as adoption
 from pipelines.adoption.detect import METHOD_VERSION, Decision, decide, projected_crossing
 from pipelines.adoption.html import render_html, render_markdown

@@ -295,7 +295,7 @@ def _quota(out: Console, engine: Engine, metered: dict[str, int]) -> None:
 def _backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
     """For each model with its own pool: share of its weekly use while the main pool was exhausted."""
 
-    from billing.quota import own_pool_models
+    from billing.plan import own_pool_models
     from pipelines.quota.show import backup_tank
 
     for model in own_pool_models(settings.catalog):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, delete, select
 
-from billing.quota import Coupling
+from billing.calendar import Coupling
 from pipelines.ingest import events as ingest
 from pipelines.quota import meter
 from pipelines.quota.remeter import stale_dates

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, and_, select
 
+from billing.plan import attach_accounts
 from billing.pricing import price_in_force
-from billing.quota import attach_accounts, split_pro_rata
-from billing.tokens import token_kinds
+from billing.tokens import split_pro_rata, token_kinds
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.dedup import shard_of, stable_hash

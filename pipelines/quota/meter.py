@@ -48,7 +48,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import and_, delete, insert
 
 from billing.billable import billable_rows, metered_days, sum_by
-from billing.quota import AccountIndex, allocate, attach_accounts, balances_at
+from billing.plan import AccountIndex, attach_accounts
+from billing.quota import allocate, balances_at
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.dedup import HASH

@@ -113,7 +113,7 @@ def backup_tank(
 ) -> pa.Table:
     """Per account-local ISO week: ``model``'s accounts and tokens, and how many of them came while the
     account's main pool was exhausted (``billing.quota.backup_tank_weekly`` on the lake's events)."""
-    from billing.quota import attach_accounts, backup_tank_weekly
+    from billing.plan import attach_accounts, backup_tank_weekly
     from pipelines import lake
     from pipelines.warehouse.accounts import load_accounts_table
 

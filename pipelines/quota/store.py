@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import select
 
-from billing.quota import Coupling
+from billing.calendar import Coupling
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.dedup import HASH, runs, shard_segments, stable_hash
