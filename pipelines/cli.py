@@ -67,13 +67,13 @@ def _version(value: bool) -> None:
 @app.callback()
 def global_options(
     ctx: typer.Context,
-    config: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_CONFIG", help="catalog TOML")] = None,
+    config: Annotated[str | None, typer.Option(help="catalog TOML (else USAGE_BILLING_CONFIG)")] = None,
     database_url: Annotated[
         str | None,
-        typer.Option(envvar="USAGE_BILLING_DATABASE_URL", show_default=False, help="SQLAlchemy URL"),
+        typer.Option(show_default=False, help="SQLAlchemy URL (else USAGE_BILLING_DATABASE_URL)"),
     ] = None,
-    lake: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_LAKE", help="lake root")] = None,
-    landing: Annotated[str | None, typer.Option(envvar="USAGE_BILLING_LANDING", help="landing root")] = None,
+    lake: Annotated[str | None, typer.Option(help="lake root (else USAGE_BILLING_LAKE)")] = None,
+    landing: Annotated[str | None, typer.Option(help="landing root (else USAGE_BILLING_LANDING)")] = None,
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=_version, help="print the version and exit")
     ] = False,

@@ -1,0 +1,71 @@
+"""The layout holds: layers import only downwards, no import cycle, one reader of the environment."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from tests.conftest import ROOT
+
+PACKAGES = ("schemas", "billing", "pipelines")
+
+
+def _modules() -> dict[str, ast.Module]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = ast.parse(path.read_text())
+    return out
+
+
+def _imports(name: str, tree: ast.Module, known: set[str], top_level_only: bool) -> set[str]:
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] in PACKAGES}
+    return {m for m in found if m != name}
+
+
+def test_layers_import_only_downwards():
+    modules = _modules()
+    allowed = {"schemas": {"schemas"}, "billing": {"schemas", "billing"}, "pipelines": set(PACKAGES)}
+    for name, tree in modules.items():
+        for target in _imports(name, tree, set(modules), top_level_only=False):
+            assert target.split(".")[0] in allowed[name.split(".")[0]], f"{name} imports {target}"
+
+
+def test_no_module_level_import_cycle():
+    modules = _modules()
+    graph = {n: _imports(n, t, set(modules), top_level_only=True) & set(modules) for n, t in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(nxt) :], nxt]))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_only_settings_reads_the_environment():
+    readers = []
+    for package in (*PACKAGES, "airflow_dags"):
+        for path in (ROOT / package).rglob("*.py"):
+            rel = str(path.relative_to(ROOT))
+            if re.search(r"os\.environ|os\.getenv|getenv\(|envvar=", path.read_text()):
+                readers.append(rel)
+    # the fault hook reads its own two test-only variables
+    assert sorted(readers) == ["pipelines/runtime/faults.py", "pipelines/settings.py"]
