@@ -15,7 +15,8 @@ rewrites its folder.
 from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
-from dag_defaults import DEFAULT_ARGS, MONTH_CLOSED, START, TAGS
+
+from pipelines.jobs.dag_defaults import DEFAULT_ARGS, MONTH_CLOSED, START, TAGS
 
 
 @dag(

@@ -10,7 +10,8 @@ candidates land in `retirement_candidates`. Rerunning a week replaces its rows a
 from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
-from dag_defaults import DEFAULT_ARGS, START, TAGS, WEEK_COMPLETE
+
+from pipelines.jobs.dag_defaults import DEFAULT_ARGS, START, TAGS, WEEK_COMPLETE
 
 
 @dag(

@@ -20,7 +20,8 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import dag, task
-from dag_defaults import (
+
+from pipelines.jobs.dag_defaults import (
     DEFAULT_ARGS,
     MONTH_CLOSED,
     START,

@@ -80,6 +80,8 @@ def test_every_dag_parses_without_errors_or_project_imports_and_follows_the_poli
     assert sorted(out["dags"]) == ["billing_monthly", "retirement_weekly", "usage_daily"]
     assert set(out["ours"]) <= {
         "pipelines",
+        "pipelines.jobs",
+        "pipelines.jobs.dag_defaults",
         "pipelines.settings",
         "pipelines.errors",
     }  # no warehouse code at parse time
