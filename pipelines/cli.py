@@ -29,6 +29,7 @@ from pipelines.runtime.console import (
     out,
     settings_of,
     step,
+    warehouse_of,
 )
 from pipelines.runtime.logs import quiet
 from pipelines.runtime.startup import defer_collection_until_work, tune_allocator
@@ -126,11 +127,9 @@ def lake_show(ctx: typer.Context) -> None:
     """The lake the warehouse is bound to, and whether --lake is that lake."""
     from pipelines import lake as lake_files
     from pipelines.warehouse.binding import current, where
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = settings_of(ctx)
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     bound = current(engine)
     meta = lake_files.lake_meta(s.lake)
     here = meta.get("lake_id") if meta else None
@@ -150,11 +149,9 @@ def lake_rebind(
 ) -> None:
     """Point the warehouse at the lake given by --lake on purpose (a moved or restored lake)."""
     from pipelines.warehouse.binding import rebind
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = settings_of(ctx)
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     before, after = rebind(engine, s.lake, reason)
     was = f"lake {before.lake_id} at {before.lake_path}" if before else "no lake"
     out.print(f"the warehouse is now bound to lake {after.lake_id} at {after.lake_path} (was {was})")
@@ -164,11 +161,9 @@ def lake_rebind(
 def accounts_load(ctx: typer.Context, file: Path) -> None:
     """Load an accounts CSV (account_id,plan,timezone,active_from,active_until)."""
     from pipelines.warehouse.accounts import load_accounts
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = settings_of(ctx)
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     n = load_accounts(engine, file, s.catalog)
     out.print(f"loaded {n} account rows from {file}")
     from pipelines.quota.remeter import stale_dates

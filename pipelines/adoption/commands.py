@@ -11,6 +11,7 @@ from pipelines.runtime.console import (
     out,
     settings_of,
     step,
+    warehouse_of,
 )
 
 retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and retirement reports.")
@@ -25,11 +26,9 @@ def retirement_report(
     """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
     from pipelines.adoption.retirement import run as report
     from pipelines.runtime.options import parse_date
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = settings_of(ctx)
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     with step(f"retirement report as of {as_of}"):
         data = report(engine, s.catalog, parse_date(as_of, "--as-of"), out_dir, s.lake)
     flagged = [m["model"] for m in data["models"] if m["flagged"]]

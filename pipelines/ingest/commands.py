@@ -16,6 +16,7 @@ from pipelines.runtime.console import (
     out,
     settings_of,
     step,
+    warehouse_of,
 )
 
 events_app = typer.Typer(no_args_is_help=False, help="Usage events: generate and ingest.")
@@ -134,12 +135,10 @@ def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, en
     """Run the data-quality suite on committed partitions; store and render the results."""
     from pipelines.ingest import quality
     from pipelines.runtime.options import CommonOptions, date_range
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = settings_of(ctx)
     dates = date_range(CommonOptions(dates_argv(date, start, end)))
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     with step("checking data quality"):
         reports = quality.check_partitions(engine, s.lake, s.catalog, dates, "dq-check")
     for r in reports:
@@ -163,11 +162,8 @@ def dq_accept(
     """Accept a failed data-quality gate for one date (recorded with who, when and why)."""
     from pipelines.ingest import quality
     from pipelines.runtime.options import parse_date
-    from pipelines.warehouse.engine import make_engine, require_schema
 
-    s = settings_of(ctx)
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     checks = quality.accept(engine, parse_date(date), reason)
     out.print(
         f"accepted {', '.join(checks)} for {date}; rerun `usage-billing run-day --date {date}` to continue"

@@ -12,17 +12,10 @@ from pipelines.runtime.console import (
     out,
     settings_of,
     step,
+    warehouse_of,
 )
 
 invoices_app = typer.Typer(no_args_is_help=False, help="Invoices: draft, finalize, void, export.")
-
-
-def _invoice_engine(ctx: typer.Context):  # type: ignore[no-untyped-def]
-    from pipelines.warehouse.engine import make_engine, require_schema
-
-    engine = make_engine(settings_of(ctx).database_url)
-    require_schema(engine)
-    return engine
 
 
 @invoices_app.command("draft")
@@ -38,7 +31,7 @@ def invoices_draft(
     from pipelines.invoicing.documents import draft
 
     with step(f"drafting invoices for {month}"):
-        r = draft(_invoice_engine(ctx), settings_of(ctx).catalog, month, open_month=open_month)
+        r = draft(warehouse_of(ctx), settings_of(ctx).catalog, month, open_month=open_month)
     out.print(
         f"{r.month}: {r.invoices:,} draft invoices, {r.adjustments:,} draft adjustments, {r.lines:,} lines, "
         f"total {r.total:,.2f} {settings_of(ctx).catalog.currency} (replaced {r.replaced_drafts:,} drafts)"
@@ -51,7 +44,7 @@ def invoices_finalize(ctx: typer.Context, month: MonthOpt) -> None:
     """Number the month's drafts (INV-YYYYMM-NNNNNN, gapless) and freeze them."""
     from pipelines.invoicing.documents import finalize
 
-    r = finalize(_invoice_engine(ctx), settings_of(ctx).catalog, month)
+    r = finalize(warehouse_of(ctx), settings_of(ctx).catalog, month)
     if r.finalized == 0:
         out.print(f"{r.month}: no drafts to finalize")
     else:
@@ -67,7 +60,7 @@ def invoices_void(
     """Void a finalized invoice; the next draft of its month bills the account afresh."""
     from pipelines.invoicing.documents import void
 
-    account = void(_invoice_engine(ctx), number, reason)
+    account = void(warehouse_of(ctx), number, reason)
     out.print(f"voided {number} (account {account})")
 
 
@@ -81,7 +74,7 @@ def invoices_export(
     """Write invoices and lines (CSV or Parquet) and one printable HTML page per account."""
     from pipelines.invoicing.export import export
 
-    n = export(_invoice_engine(ctx), month, out_dir, fmt)
+    n = export(warehouse_of(ctx), month, out_dir, fmt)
     out.print(
         f"{month}: {n['invoices']:,} documents, {n['lines']:,} lines, {n['html']:,} HTML pages in {out_dir}"
     )

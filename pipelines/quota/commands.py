@@ -17,6 +17,7 @@ from pipelines.runtime.console import (
     out,
     settings_of,
     step,
+    warehouse_of,
 )
 
 quota_app = typer.Typer(no_args_is_help=False, help="Quota pools: metering and balances.")
@@ -74,11 +75,9 @@ def quota_show(
 ) -> None:
     """Each pool of the account's plan at a moment: allowance, used, remaining and when it resets."""
     from pipelines.quota.show import pool_state
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = settings_of(ctx)
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     view = pool_state(engine, s.catalog, account, at)
     out.print(view.header)
     for line in view.lines:
@@ -97,12 +96,10 @@ def quota_explain(
     """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
     from pipelines.quota.explain import as_dict, explain_event, render
     from pipelines.runtime.options import parse_date
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     s = settings_of(ctx)
     day = parse_date(date, "--date") if date is not None else None
-    engine = make_engine(s.database_url)
-    require_schema(engine)
+    engine = warehouse_of(ctx)
     charge = explain_event(engine, s.lake, s.catalog, event_id, day)
     if as_json:
         import json
