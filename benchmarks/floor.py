@@ -42,6 +42,7 @@ from benchmarks import meter as meter_bench
 from benchmarks.common import command_line, machine, run_measured, timed, write_section
 from pipelines import lake
 from pipelines.ingest.dedup import stable_hash
+from pipelines.lake.parquet import _parquet_options
 from pipelines.warehouse.engine import (
     _sqlite_executemany,
     insert_arrow,
@@ -107,7 +108,7 @@ def _ingest_rows(workdir: Path, size: int) -> tuple[list[str], int, tuple[float,
         ingest_bench._generate(folder, size)
     files = sorted((folder / "parquet" / ingest_bench.DAY.isoformat()).iterdir())
     events = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    lake_options = lake._parquet_options(pq.read_schema(files[0]))
+    lake_options = _parquet_options(pq.read_schema(files[0]))
     rows = []
     for what, options in (
         ("read + write as the lake does (zstd, statistics of dates and times)", lake_options),

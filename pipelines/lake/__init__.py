@@ -2,10 +2,11 @@
 staging folder and committed atomically. Callers use ``from pipelines import lake`` and ``lake.<name>``;
 the names live in ``paths`` (paths, listing, JSON), ``parquet`` (encoding, writes, scans, read units),
 ``spill`` (Arrow IPC and NumPy spill files) and ``commit`` (staging, commit, recovery, lake metadata).
+Only the names callers use are here; a test that changes a module's constant patches that module
+(``lake.parquet.UNIT_ROWS``), since a name re-exported here is a copy of the binding.
 """
 
 from pipelines.lake.commit import (  # noqa: F401
-    STAGE_MARKER,
     commit,
     discard,
     ingest_lock,
@@ -16,10 +17,8 @@ from pipelines.lake.commit import (  # noqa: F401
     stages_of,
 )
 from pipelines.lake.parquet import (  # noqa: F401
-    UNIT_ROWS,
     ParquetAppender,
     Unit,
-    _parquet_options,
     dataset_files,
     open_parquet,
     read_parquet,
@@ -30,9 +29,6 @@ from pipelines.lake.parquet import (  # noqa: F401
     write_parquet,
 )
 from pipelines.lake.paths import (  # noqa: F401
-    _OLD,
-    ARROW_SCHEMA_KEY,
-    DEFAULT_SHARDS,
     EVENTS,
     META_FILE,
     QUARANTINE,
@@ -40,12 +36,10 @@ from pipelines.lake.paths import (  # noqa: F401
     create_object,
     exists,
     folder_exists,
-    io_errors,
     is_local,
     join,
     list_files,
     list_folders,
-    objects_under,
     open_object,
     partition,
     partition_dates,
@@ -53,7 +47,6 @@ from pipelines.lake.paths import (  # noqa: F401
     staging,
     stamps,
     write_json,
-    writing,
 )
 from pipelines.lake.spill import (  # noqa: F401
     IpcSegments,
