@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from billing.pricing import rate_from
 from schemas.catalog import TOKEN_KINDS, Catalog
@@ -25,13 +24,12 @@ def billable_rows(
     price change at UTC midnight) get rows of their own.
     """
     utc_day = utc_date(events["event_time"]).to_numpy().astype("datetime64[D]")
-    rate = rate_from(catalog, events["model"], events["speed_tier"], utc_day)
-    rate_key = np.where(np.isnat(rate), -1, rate.astype(np.int64))
+    price_from = pa.array(rate_from(catalog, events["model"], events["speed_tier"], utc_day))  # NaT: null
     # Sum per event group first (six token columns), then one row per token kind: a third of the rows
     # through the group_by.
-    keys = ["account_id", "model", "speed_tier", "local_day", "rate_key"]
+    keys = ["account_id", "model", "speed_tier", "local_day", "price_from"]
     columns = {k: events[k] for k in keys[:-1]}
-    columns |= {"rate_key": pa.array(rate_key), "rate_day": pa.array(utc_day)}
+    columns |= {"price_from": price_from, "rate_day": pa.array(utc_day)}
     for k in range(len(TOKEN_KINDS)):
         columns |= {f"included_{k}": pa.array(included[:, k]), f"overage_{k}": pa.array(overage[:, k])}
     sums = [c for c in columns if c.startswith(("included_", "overage_"))]
@@ -41,9 +39,6 @@ def billable_rows(
         .group_by(keys, use_threads=False)
         .aggregate([(c, "sum") for c in sums] + [("rate_day", "min")])
     )
-    key = g["rate_key"].to_numpy()
-    price_from = pa.array(np.maximum(key, 0).astype("datetime64[D]"))
-    price_from = pc.if_else(pc.less(g["rate_key"], 0), pa.scalar(None, pa.date32()), price_from)
     parts = [
         pa.table(
             {
@@ -52,7 +47,7 @@ def billable_rows(
                 "included_tokens": g[f"included_{k}_sum"],
                 "overage_tokens": g[f"overage_{k}_sum"],
                 "rate_day": g["rate_day_min"],
-                "price_from": price_from,
+                "price_from": g["price_from"],
             }
         )
         for k, kind in enumerate(TOKEN_KINDS)

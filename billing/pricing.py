@@ -15,6 +15,7 @@ decimals (exact; no float anywhere).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
@@ -86,7 +87,7 @@ def rate_from(catalog: Catalog, model: pa.Array, tier: pa.Array, utc_day: np.nda
 def unit_prices(
     catalog: Catalog, model: pa.Array, tier: pa.Array, kind: pa.Array, rate_day: pa.Array
 ) -> pa.Array:
-    """Price per 1M tokens (decimal128(18, 6)) in force on each row's day; MissingPriceError names the
+    """Price per 1M tokens (``schemas.lake.PRICE``) in force on each row's day; MissingPriceError names the
     first gap. Looked up once per distinct (model, tier, kind, day), then joined back.
     """
 
@@ -132,20 +133,34 @@ def applied_prices(
             )
         return now[0].per_million(k)  # type: ignore[union-attr]
 
-    columns = {"model": model, "tier": tier, "kind": kind, "start": price_from, "first": first_day}
-    return _per_distinct(lookup, columns | {"last": last_day}, key=["model", "tier", "kind", "start"])
+    columns = {
+        "model": model,
+        "tier": tier,
+        "kind": kind,
+        "start": price_from,
+        "first": first_day,
+        "last": last_day,
+    }
+    return _per_distinct(
+        lookup, columns, key=["model", "tier", "kind", "start"], span={"first": "min", "last": "max"}
+    )
 
 
-def _per_distinct(lookup, columns: dict[str, pa.Array], key: list[str] | None = None) -> pa.Array:  # type: ignore[no-untyped-def]
-    """``lookup(*row)`` once per distinct key (default: every column; the other columns give their
-    least value, or their greatest for one named ``last``), joined back onto the rows."""
+def _per_distinct(
+    lookup: Callable[..., Decimal],
+    columns: dict[str, pa.Array],
+    key: list[str] | None = None,
+    span: dict[str, str] | None = None,
+) -> pa.Array:
+    """``lookup(*row)`` once per distinct ``key`` (default: every column), joined back onto the rows.
+    The other columns (``span``: column -> "min" or "max") give the least or greatest value among the
+    key's rows."""
     keys = pa.table(columns)
     key = key or list(columns)
-    others = [(c, "max" if c == "last" else "min") for c in columns if c not in key]
-    distinct = keys.group_by(key).aggregate(others)
-    distinct = distinct.rename_columns(
-        [c.removesuffix("_min").removesuffix("_max") for c in distinct.column_names]
-    )
+    span = span or {}
+    distinct = keys.group_by(key).aggregate([(c, how) for c, how in span.items()])
+    names = {f"{c}_{how}": c for c, how in span.items()}
+    distinct = distinct.rename_columns([names.get(c, c) for c in distinct.column_names])
     rows = zip(*(distinct[c].to_pylist() for c in columns), strict=True)
     prices = [lookup(*row) for row in rows]
     distinct = distinct.select(key).append_column("price", pa.array(prices, PRICE))
