@@ -379,7 +379,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
     # original + adjustment = a fresh recomputation, line key by line key, for every account
     first, last = month_bounds(MONTH)
     with engine.connect() as conn:
-        billable = invoicing._billable(conn, first, last)
+        billable = invoicing.billable_by_price(conn, first, last)
         plans = invoicing._plans(conn, first, last)
         docs = conn.execute(text("SELECT account_id, kind, corrects, invoice_number FROM invoices")).all()
     truth = build_lines(billable, plans, catalog, MONTH)

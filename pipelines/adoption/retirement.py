@@ -28,10 +28,10 @@ from pipelines.adoption import weekly as adoption
 from pipelines.adoption.detect import METHOD_VERSION, Decision, decide, projected_crossing
 from pipelines.adoption.html import render_html, render_markdown
 from pipelines.errors import UsageBillingError
-from pipelines.warehouse.engine import read_arrow
+from pipelines.invoicing.documents import billable_by_price
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
-from schemas.warehouse import BillableUsage, RetirementCandidate, UsageDaily
+from schemas.warehouse import RetirementCandidate, UsageDaily
 
 
 @dataclass
@@ -99,40 +99,15 @@ def _point(weekly: pa.Table, model: str, week: dt.date | None) -> dict:
 def _affected(engine: Engine, catalog: Catalog, model: str, as_of: dt.date, heavy_min_days: int) -> dict:
     """Accounts active on the model in the last 30 days, its heavy users by id, their 30-day revenue."""
     first = as_of - dt.timedelta(days=29)
-    u, b = UsageDaily.__table__.c, BillableUsage.__table__.c
+    u = UsageDaily.__table__.c
     with engine.connect() as conn:
         days = conn.execute(
             select(u.account_id, func.count(func.distinct(u.day)), func.sum(u.requests))
             .where(u.model == model, u.day.between(first, as_of), u.requests > 0)
             .group_by(u.account_id)
         ).all()
-        rows = read_arrow(
-            conn,
-            select(
-                b.account_id,
-                b.speed_tier,
-                b.token_kind,
-                b.price_from,
-                func.min(b.rate_day),
-                func.max(b.rate_day),
-                b.model,
-                func.sum(b.overage_tokens),
-            )
-            .where(b.model == model, b.local_day.between(first, as_of), b.overage_tokens > 0)
-            .group_by(b.account_id, b.speed_tier, b.token_kind, b.price_from, b.model),
-            pa.schema(
-                [
-                    ("account_id", pa.string()),
-                    ("speed_tier", pa.string()),
-                    ("token_kind", pa.string()),
-                    ("price_from", pa.date32()),
-                    ("rate_day", pa.date32()),
-                    ("last_rate_day", pa.date32()),
-                    ("model", pa.string()),
-                    ("overage_tokens", pa.int64()),
-                ]
-            ),
-        )
+        rows = billable_by_price(conn, first, as_of, model)
+    rows = rows.filter(pc.greater(rows["overage_tokens"], 0))
     revenue: dict[str, Decimal] = {}
     if rows.num_rows:
         try:

@@ -214,7 +214,7 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
                 f"cannot draft {month}: the month is not closed: {still_open}; to see drafts of the open "
                 "month anyway, add --open-month (they are marked so and never finalized)"
             )
-        billable = _billable(conn, first, last)
+        billable = billable_by_price(conn, first, last)
         plans = _plans(conn, first, last)
         try:
             truth = build_lines(billable, plans, catalog, month)
@@ -245,11 +245,12 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
     )
 
 
-def _billable(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
-    """The month's billable usage summed per account, model, tier, kind and the price metering applied
-    (``price_from``): about one row per account, model, tier and kind instead of one per day
-    (``rate_day`` and ``last_rate_day``: the first and last of the rows, which the price metering
-    applied is checked against the catalog on)."""
+def billable_by_price(conn: Connection, first: dt.date, last: dt.date, model: str | None = None) -> pa.Table:
+    """Billable usage of local days ``first``..``last`` (of one model, if given) summed per account,
+    model, tier, kind and the price metering applied (``price_from``): about one row per account,
+    model, tier and kind instead of one per day (``rate_day`` and ``last_rate_day``: the first and last
+    of the rows, which the price metering applied is checked against the catalog on). What invoices
+    are built from, and what the retirement report prices an account's overage with."""
     b = BillableUsage.__table__.c
     keys = [b.account_id, b.model, b.speed_tier, b.token_kind, b.price_from]
     query = (
@@ -260,7 +261,7 @@ def _billable(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
             func.sum(b.included_tokens),
             func.sum(b.overage_tokens),
         )
-        .where(b.local_day.between(first, last))
+        .where(b.local_day.between(first, last), *([b.model == model] if model is not None else []))
         .group_by(*keys)
     )
     return read_arrow(conn, query, BILLABLE_SCHEMA)
