@@ -1,8 +1,9 @@
-"""The calendar of billing, in one place: pool periods of local dates (day, ISO week from Monday,
-calendar month), for numpy arrays of dates and for single dates.
+"""The calendar of billing, in one place: an event's account-local date (``local_dates``), pool periods
+of local dates (day, ISO week from Monday, calendar month) for numpy arrays of dates and for single
+dates, and how far pool periods couple balances across their boundaries (``Coupling``).
 
-Pool periods and invoice months are evaluated in the account's timezone, so the dates given here are
-already local; a week is ISO (it starts on Monday).
+Pool periods and invoice months are evaluated in the account's timezone, so the dates given to the
+period functions are already local; a week is ISO (it starts on Monday).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ local calendar month; ``difference`` compares that truth with what finalized doc
 billed and returns adjustment lines, so that original + adjustments = the recomputed truth, line by
 line and to the cent.
 
-Lines (DESIGN.md): ``plan_fee`` (monthly fee x active days / days in month, half-up to cents),
-``included_usage`` (pool-covered tokens, amount 0), ``overage_usage`` (per model, tier, token kind
+Lines (README, "The billing rule"; docs/finance.md): ``plan_fee`` (monthly fee x active days / days
+in month, half-up to cents), ``included_usage`` (pool-covered tokens, amount 0), ``overage_usage`` (per model, tier, token kind
 and unit price: quantity x price per 1M / 1M, half-up to cents), ``adjustment`` (the difference of
 one of those, ``adjusted_type`` naming which). The total is the sum of the rounded lines.
 """

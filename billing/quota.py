@@ -1,4 +1,4 @@
-"""Quota pool allocation: the billing rule of DESIGN.md, vectorized (no loop over events).
+"""Quota pool allocation: the billing rule (README, "The billing rule"), vectorized (no loop over events).
 
 For each plan, its pools are taken in draw order (ascending priority, equal priorities in the order
 the plan lists them). Within one balance key (account, plan, pool, period start) events are taken

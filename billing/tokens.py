@@ -3,7 +3,8 @@
 An event reports ``input_tokens`` (cached ones included), ``cached_input_tokens`` and
 ``output_tokens``. Billing counts three disjoint kinds, so every token is priced exactly once:
 ``input`` (the uncached part), ``cached_input`` and ``output``. Quota allowances count
-``input_tokens + output_tokens``, which equals the sum of the three kinds.
+``input_tokens + output_tokens``, which equals the sum of the three kinds; what a pool covers is
+split over the kinds pro rata (``split_pro_rata``), exactly, in whole tokens.
 """
 
 from __future__ import annotations

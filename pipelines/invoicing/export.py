@@ -2,8 +2,9 @@
 
     usage-billing invoices export --month 2026-03 --out exports/2026-03 [--format parquet]
 
-Writes ``invoices.csv`` and ``invoice_lines.csv`` with exactly the columns of DESIGN.md (finalized
-and void documents: the ones with a number; drafts are not documents yet), and ``html/<account>.html``:
+Writes ``invoices.csv`` and ``invoice_lines.csv`` with the export contract's columns (``INVOICE_COLUMNS``,
+``LINE_COLUMNS``; the Parquet files' schemas are ``EXPORT_*`` in schemas/lake.py) for finalized and void
+documents (the ones with a number; drafts are not documents yet), and ``html/<account>.html``:
 the account's documents for the month, lines grouped by model and tier, its pool usage, totals.
 """
 

@@ -1,4 +1,4 @@
-"""Synthetic usage events for the DESIGN.md scenario, vectorized with numpy (deterministic by seed).
+"""Synthetic usage events for the demo scenario (README), vectorized with numpy (deterministic by seed).
 
 What the data shows, driven by the catalog:
 - thousands of accounts on every plan and pay-as-you-go, in several timezones, some joining late,
