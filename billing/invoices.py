@@ -6,9 +6,10 @@ billed and returns adjustment lines, so that original + adjustments = the recomp
 line and to the cent.
 
 Lines (README, "The billing rule"; docs/finance.md): ``plan_fee`` (monthly fee x active days / days
-in month, half-up to cents), ``included_usage`` (pool-covered tokens, amount 0), ``overage_usage`` (per model, tier, token kind
-and unit price: quantity x price per 1M / 1M, half-up to cents), ``adjustment`` (the difference of
-one of those, ``adjusted_type`` naming which). The total is the sum of the rounded lines.
+in month, half-up to cents), ``included_usage`` (pool-covered tokens, amount 0), ``overage_usage``
+(per model, tier, token kind and unit price: quantity x price per 1M / 1M, half-up to cents),
+``adjustment`` (the difference of one of those, ``adjusted_type`` naming which). The total is the
+sum of the rounded lines.
 """
 
 from __future__ import annotations
