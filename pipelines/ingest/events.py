@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-import uuid
 from collections.abc import Callable
 
 import apache_beam as beam
@@ -71,6 +70,7 @@ from pipelines.runtime.options import (
     run_pipeline,
     split,
 )
+from pipelines.runtime.staging import new_run_id
 from pipelines.warehouse.binding import require_lake
 from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import step_lock
@@ -326,7 +326,7 @@ def run(argv: list[str] | None = None, prepare: Prepare | None = None) -> Ingest
 def _ingest(
     options, opts: IngestOptions, dates: list[dt.date], catalog, engine: Engine, kept: dict
 ) -> IngestResult:  # type: ignore[no-untyped-def]
-    run_id = opts.run_id or f"ingest-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    run_id = opts.run_id or new_run_id("ingest")
     started = dt.datetime.now(dt.UTC)
     shards = lake.shard_count(opts.lake, opts.shards)
     rules = Rules.for_catalog(

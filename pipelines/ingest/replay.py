@@ -15,7 +15,6 @@ did not take plus the replayed rows that fail again; the run is a row of ``inges
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -25,6 +24,7 @@ from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest import events as ingest
 from pipelines.ingest.commit import committed_quarantine
+from pipelines.runtime.staging import new_run_id
 from pipelines.settings import Settings
 
 STEP = "events replay"
@@ -60,7 +60,7 @@ def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: 
     """Replay the quarantined rows of landing date ``day``; returns (IngestResult, Replay)."""
     if reason is not None and not reason.strip():
         raise UsageBillingError("--reason must name a reason code, e.g. no_price")
-    run_id = f"replay-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id("replay")
     source_run = f"{run_id}-source"  # a staging folder of its own, read as a landing root
     landing_root = lake.staging(settings.lake, source_run)
     summary = Replay()

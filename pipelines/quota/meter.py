@@ -39,7 +39,6 @@ import datetime as dt
 import logging
 import re
 import time
-import uuid
 
 import apache_beam as beam
 import pyarrow as pa
@@ -75,6 +74,7 @@ from pipelines.quota.store import (
     usable_state,
 )
 from pipelines.runtime.options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
+from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import insert_arrow, make_engine, replace_rows, require_schema
@@ -321,10 +321,8 @@ def _run(
         log.info("quota meter %s..%s: %s", first, last, notes[-1])
     utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
     require_partitions(engine, opts.lake, utc_dates, "quota meter")
-    run_id = opts.run_id or f"meter-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    for dead in lake.stages_of(opts.lake, "quota meter"):  # left by a killed run (we hold the step's lock)
-        lake.discard(dead)
-    stage = lake.open_stage(opts.lake, run_id, "quota meter")
+    run_id = opts.run_id or new_run_id("meter")
+    stage = fresh_stage(opts.lake, run_id, "quota meter")  # a killed run's folder: we hold the step's lock
     try:
         files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
         units = lake.row_group_units(files)

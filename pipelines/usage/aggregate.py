@@ -12,7 +12,6 @@ replacing those days' rows: a rerun leaves the same rows.
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Iterable
 
 import apache_beam as beam
@@ -22,6 +21,7 @@ from sqlalchemy import Connection, delete, distinct, func, insert, literal, sele
 from billing.calendar import monday
 from pipelines import lake
 from pipelines.runtime.options import CommonOptions, date_range, pipeline_options, run_pipeline
+from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.usage.partials import (
     ERROR_SCHEMA,
     LAKE_COLUMNS,
@@ -179,12 +179,8 @@ def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date,
     with step_lock(engine, lake.ingest_lock(opts.lake)):  # not while an ingest swaps partitions
         lake.recover(opts.lake, lake.EVENTS)
     require_partitions(engine, opts.lake, dates, "usage aggregate")
-    run_id = opts.run_id or f"aggregate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    for dead in lake.stages_of(
-        opts.lake, "usage aggregate"
-    ):  # left by a killed run (we hold the step's lock)
-        lake.discard(dead)
-    stage = lake.open_stage(opts.lake, run_id, "usage aggregate")
+    run_id = opts.run_id or new_run_id("aggregate")
+    stage = fresh_stage(opts.lake, run_id, "usage aggregate")
     try:
         units = lake_units(opts.lake, dates)
         with run_pipeline(options) as p:
