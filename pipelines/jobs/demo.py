@@ -23,13 +23,10 @@ from sqlalchemy import Engine, func, select, text
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest import events as ingest
-from pipelines.ingest import quality
 from pipelines.invoicing import documents as invoicing
 from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
-from pipelines.jobs.run_day import date_args
-from pipelines.quota import meter
+from pipelines.jobs.run_day import aggregate_step, gate_step, ingest_step, meter_runs
 from pipelines.settings import Settings
-from pipelines.usage import aggregate
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, ModelDaily, PoolUsage, UsageDaily
@@ -165,19 +162,19 @@ def run_demo(
         load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
         progress.advance(overall)
         step(f"{steps[3]} ({days} landing days, {gen.events.num_rows:,} rows)")
-        result = ingest.run([*settings.argv(), *date_args(dates), *beam_args])
+        result, _, _ = ingest_step(settings, dates, beam_args)
         progress.advance(overall)
         step(steps[4])
-        reports = quality.check_partitions(engine, settings.lake, catalog, dates, result.run_id)
+        reports = gate_step(settings, dates, result.run_id)
         progress.advance(overall)
         step(steps[5])
-        aggregate.run([*settings.argv(), *date_args(dates), *beam_args])
+        aggregate_step(settings, dates, beam_args)
         progress.advance(overall)
         step(steps[6])
         # One local day on each side, so that events of the UTC range on accounts' local Jan 31 and
         # Oct 1 are metered too (the reconciliation then accounts for every token).
         local = [dates[0] - dt.timedelta(days=1), *dates, dates[-1] + dt.timedelta(days=1)]
-        metered = meter.run([*settings.argv(), *date_args(local), *beam_args])
+        meter_runs(settings, local, beam_args)
         progress.advance(overall)
         step(steps[7])
         months = sorted({d.strftime("%Y-%m") for d in dates})
@@ -195,7 +192,7 @@ def run_demo(
         soft_wrap=True,  # one line, for benchmarks.demo to read
     )
     _speed(out, speed_by_model_tier(engine))
-    _quota(out, engine, metered)
+    _quota(out, engine)
     _backup_tank(out, engine, settings)
     _why_charged(out, engine, settings)
     _invoices(out, engine, months, catalog.currency)
@@ -276,17 +273,18 @@ def _invoices(out: Console, engine: Engine, months: list[str], currency: str) ->
     out.print(table)
 
 
-def _quota(out: Console, engine: Engine, metered: dict[str, int]) -> None:
+def _quota(out: Console, engine: Engine) -> None:
     b, p = BillableUsage.__table__, PoolUsage.__table__
     with engine.connect() as conn:
         inc, over = conn.execute(select(func.sum(b.c.included_tokens), func.sum(b.c.overage_tokens))).one()
+        balances = conn.execute(select(func.count()).select_from(p)).scalar_one()
         exhausted = conn.execute(
             select(p.c.pool, func.count(), func.count(p.c.exhausted_at)).group_by(p.c.pool)
         ).all()
     inc, over = int(inc or 0), int(over or 0)
     share = inc / (inc + over) if inc + over else 0
     out.print(
-        f"quota: {metered['pool_usage']:,} pool balances, {inc / 1e9:,.1f}B tokens included ({share:.0%}), "
+        f"quota: {balances:,} pool balances, {inc / 1e9:,.1f}B tokens included ({share:.0%}), "
         f"{over / 1e9:,.1f}B overage; exhausted: "
         + ", ".join(f"{pool} {n_ex:,} of {n:,}" for pool, n, n_ex in sorted(exhausted))
     )

@@ -1,12 +1,16 @@
-"""Multi-step jobs: what ``run-day`` and ``demo`` chain together (the CLI and the DAGs call these).
+"""The run-day chain: ingest, the data-quality gate, aggregate, meter, clear the recompute queue.
 
-Each step is a ``run(argv)`` of one pipeline; a job only decides which dates each step gets.
+One function per step (``ingest_step``, ``gate_step``, ``aggregate_step``, ``meter_changed``,
+``dequeue``), each a ``run(argv)`` of one pipeline or a warehouse call: a step only decides which
+dates it works on. ``ingest_and_aggregate`` chains them for ``run-day``; the Airflow tasks
+(``jobs/tasks.py``) call one step each, and the demo calls the same steps on its whole range.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, delete, select
@@ -72,17 +76,72 @@ def meter_runs(settings: Settings, dates: list[dt.date], beam_args: list[str] | 
     return done
 
 
-def out_of_date_days(settings: Settings, month: str | None = None) -> list[dt.date]:
-    """The metered days (of ``month`` only, if given) an accounts load or a change of the catalog's
-    plans made out of date (``pipelines.quota.remeter``)."""
+@contextlib.contextmanager
+def warehouse(settings: Settings, check: bool = False) -> Iterator[Engine]:
+    """An engine on the settings' warehouse for one step (its schema checked with ``check``), disposed
+    of after it."""
     from pipelines.warehouse.engine import make_engine, require_schema
 
     engine = make_engine(settings.database_url)
     try:
-        require_schema(engine)
-        return stale_dates(engine, settings.catalog, month)
+        if check:
+            require_schema(engine)
+        yield engine
     finally:
         engine.dispose()
+
+
+def ingest_step(
+    settings: Settings,
+    dates: list[dt.date],
+    beam_args: list[str] | None = None,
+    ingested: ingest.IngestResult | None = None,
+) -> tuple[ingest.IngestResult, list[dt.date], list[tuple[dt.date, str]]]:
+    """Ingest the landing ``dates`` (unless ``ingested``: a replay already did). Returns the result,
+    the dates to take downstream (the landing dates, the partitions the run changed and every queued
+    date an earlier run changed but did not take downstream) and the queue rows read."""
+    result = ingested or ingest.run([*settings.argv(), *date_args(dates), *(beam_args or [])])
+    with warehouse(settings) as engine:
+        todo, queue = with_queued(engine, [*dates, *result.changed_dates])
+    return result, todo, queue
+
+
+def gate_step(
+    settings: Settings,
+    dates: list[dt.date],
+    run_id: str | None,
+    accept_reason: str | None = None,
+    accept: list[dt.date] | None = None,
+) -> list:  # type: ignore[type-arg]
+    """The data-quality gate on the partitions of ``dates``; with ``accept_reason``, a failed gate of a
+    date in ``accept`` is accepted (recorded) at once. Returns the reports; blocked dates stay blocked."""
+    from pipelines.ingest import quality
+
+    with warehouse(settings) as engine:
+        reports = quality.check_partitions(engine, settings.lake, settings.catalog, dates, run_id)
+        if accept_reason:
+            for report in reports:
+                if report.blocked and report.day in (accept or []):
+                    quality.accept(engine, report.day, accept_reason)
+                    report.accepted = True
+                    quality.write_html(settings.lake, report)
+    return reports
+
+
+def aggregate_step(
+    settings: Settings, dates: list[dt.date], beam_args: list[str] | None = None
+) -> list[dt.date]:
+    """Aggregate ``dates``, one pipeline run per run of consecutive days."""
+    for run_dates in contiguous(dates):
+        aggregate.run([*settings.argv(), *date_args(run_dates), *(beam_args or [])])
+    return dates
+
+
+def out_of_date_days(settings: Settings, month: str | None = None) -> list[dt.date]:
+    """The metered days (of ``month`` only, if given) an accounts load or a change of the catalog's
+    plans made out of date (``pipelines.quota.remeter``)."""
+    with warehouse(settings, check=True) as engine:
+        return stale_dates(engine, settings.catalog, month)
 
 
 def meter_changed(
@@ -133,37 +192,26 @@ def ingest_and_aggregate(
     accept_reason: str | None = None,
     ingested: ingest.IngestResult | None = None,
 ) -> DayResult:
-    """Ingest the landing dates, gate the changed partitions on data quality, then aggregate them and
-    every past date that late events changed. A date whose gate failed is not aggregated; after the
-    others are done, the run fails with one message naming it (unless ``accept_reason`` accepts it).
-    ``ingested``: the ingest already ran (a replay of quarantined rows): only what follows it runs.
+    """``run-day``: ingest the landing dates, gate the changed partitions on data quality, then
+    aggregate and meter them and every past date that late events changed. A date whose gate failed
+    is not taken downstream; after the others are done, the run fails with one message naming it
+    (unless ``accept_reason`` accepts it). ``ingested``: the ingest already ran (a replay of
+    quarantined rows): only what follows it runs.
     """
     from pipelines.ingest import quality
-    from pipelines.warehouse.engine import make_engine
 
     step = on_step or (lambda _: None)
-    beam_args = list(beam_args or [])
     step("ingest")
-    result = ingested or ingest.run([*settings.argv(), *date_args(dates), *beam_args])
-    engine = make_engine(settings.database_url)
-    # with the dates earlier runs changed but never took downstream (a killed run-day)
-    todo, queue = with_queued(engine, [*dates, *result.changed_dates])
+    result, todo, queue = ingest_step(settings, dates, beam_args, ingested)
     step("data quality")
-    reports = quality.check_partitions(engine, settings.lake, settings.catalog, todo, result.run_id)
-    if accept_reason:
-        for report in reports:
-            if report.blocked and report.day in dates:
-                quality.accept(engine, report.day, accept_reason)
-                report.accepted = True
-                quality.write_html(settings.lake, report)
+    reports = gate_step(settings, todo, result.run_id, accept_reason, accept=dates)
     blocked = {r.day for r in reports if r.blocked}
     runnable = [d for d in todo if d not in blocked]
     step("aggregate")
-    for run_dates in contiguous(runnable):
-        aggregate.run([*settings.argv(), *date_args(run_dates), *beam_args])
+    aggregate_step(settings, runnable, beam_args)
     step("meter")
     metered = meter_changed(settings, runnable, beam_args)
-    dequeue(engine, queue, runnable)
-    engine.dispose()
+    with warehouse(settings) as engine:
+        dequeue(engine, queue, runnable)
     quality.require_passed(reports, settings.lake)
     return DayResult(result, runnable, metered)

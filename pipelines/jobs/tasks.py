@@ -36,16 +36,9 @@ def landing_ready(day: str) -> bool:
 
 def ingest_day(day: str) -> dict:
     """Ingest one landing date; returns the run id and every event date whose partition changed."""
-    from pipelines.ingest import events as ingest
-    from pipelines.jobs.run_day import date_args, with_queued
-    from pipelines.warehouse.engine import make_engine
+    from pipelines.jobs.run_day import ingest_step
 
-    s = settings()
-    result = ingest.run([*s.argv(), *date_args([dt.date.fromisoformat(day)])])
-    engine = make_engine(s.database_url)
-    # with the dates an earlier run changed but did not take downstream
-    changed, queue = with_queued(engine, [dt.date.fromisoformat(day), *result.changed_dates])
-    engine.dispose()
+    result, changed, queue = ingest_step(settings(), [dt.date.fromisoformat(day)])
     return {
         "run_id": result.run_id,
         "dates": [d.isoformat() for d in changed],
@@ -60,27 +53,18 @@ def quality_gate(ingested: dict) -> list[str]:
     checks and the command to accept them); nothing goes downstream until it is accepted.
     """
     from pipelines.ingest import quality
-    from pipelines.warehouse.engine import make_engine
+    from pipelines.jobs.run_day import gate_step
 
     s = settings()
-    dates = [dt.date.fromisoformat(d) for d in ingested["dates"]]
-    engine = make_engine(s.database_url)
-    try:
-        reports = quality.check_partitions(engine, s.lake, s.catalog, dates, ingested["run_id"])
-    finally:
-        engine.dispose()
+    reports = gate_step(s, [dt.date.fromisoformat(d) for d in ingested["dates"]], ingested["run_id"])
     quality.require_passed(reports, s.lake)  # raises when any date is blocked
     return [r.day.isoformat() for r in reports]
 
 
 def aggregate_dates(dates: list[str]) -> list[str]:
-    from pipelines.jobs.run_day import contiguous, date_args
-    from pipelines.usage import aggregate
+    from pipelines.jobs.run_day import aggregate_step
 
-    s = settings()
-    days = sorted(dt.date.fromisoformat(d) for d in dates)
-    for run in contiguous(days):
-        aggregate.run([*s.argv(), *date_args(run)])
+    aggregate_step(settings(), sorted(dt.date.fromisoformat(d) for d in dates))
     return dates
 
 
@@ -105,13 +89,11 @@ def remeter_month(month: str) -> list[str]:
 
 def clear_queue(ingested: dict, _metered: list[str]) -> int:
     """After meter: remove the recompute-queue rows this run read and took downstream."""
-    from pipelines.jobs.run_day import dequeue
-    from pipelines.warehouse.engine import make_engine
+    from pipelines.jobs.run_day import dequeue, warehouse
 
     rows = [(dt.date.fromisoformat(d), run_id) for d, run_id in ingested.get("queue", [])]
-    engine = make_engine(settings().database_url)
-    dequeue(engine, rows, [dt.date.fromisoformat(d) for d in ingested["dates"]])
-    engine.dispose()
+    with warehouse(settings()) as engine:
+        dequeue(engine, rows, [dt.date.fromisoformat(d) for d in ingested["dates"]])
     return len(rows)
 
 
