@@ -38,7 +38,7 @@ def ingested(sqlite_settings, catalog):  # type: ignore[no-untyped-def]
 
 
 def _meter(settings, dates):  # type: ignore[no-untyped-def]
-    return meter.run([*settings.argv(), *date_args(dates)])
+    return meter.run([*settings.argv(), *date_args(dates)]).counts
 
 
 def test_every_token_of_the_metered_days_is_included_or_overage_once(ingested):
@@ -77,9 +77,7 @@ def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingest
     load_accounts(engine, Path(ingested.landing) / "accounts.csv", catalog)
     started = []
     for day in dates:
-        notes: list[str] = []
-        meter.run([*other.argv(), *date_args([day])], notes=notes)
-        started.append(notes)
+        started.append(meter.run([*other.argv(), *date_args([day])]).notes)
     # After the first day each run starts from the balances the day before left (nothing changed).
     assert started[0] == [] and all(
         n == [f"started from the pool balances at the end of {d - dt.timedelta(days=1)}"]
@@ -97,12 +95,10 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
     _meter(ingested, dates[:1])
 
     def started(settings=ingested, config=None) -> bool:  # type: ignore[no-untyped-def]
-        notes: list[str] = []
         argv = [*settings.argv(), *date_args(dates[1:2])]
         if config is not None:
             argv[argv.index("--config") + 1] = str(config)
-        meter.run(argv, notes=notes)
-        return bool(notes)
+        return bool(meter.run(argv).notes)
 
     assert started()
     # A file two UTC days later holds no event of the state's days: the state stays usable (late

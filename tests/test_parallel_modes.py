@@ -35,9 +35,9 @@ def _run_all(settings, catalog, flags: list[str]) -> None:  # type: ignore[no-un
     ingest.run([*settings.argv(), *dates, *flags])
     aggregate.run([*settings.argv(), *dates, *flags])
     meter.run([*settings.argv(), *dates, *flags])
-    notes: list[str] = []  # the last two days again, from the balances the run above left
-    meter.run([*settings.argv(), *date_args(small_dates()[-2:]), *flags], notes=notes)
-    assert notes, "the re-run did not start from the stored balances"
+    # the last two days again, from the balances the run above left
+    rerun = meter.run([*settings.argv(), *date_args(small_dates()[-2:]), *flags])
+    assert rerun.notes, "the re-run did not start from the stored balances"
 
 
 def _lake_rows(root: str, kind: str) -> list[dict]:

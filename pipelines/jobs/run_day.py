@@ -70,9 +70,8 @@ def meter_runs(settings: Settings, dates: list[dt.date], beam_args: list[str] | 
     """Meter ``dates`` in runs of consecutive days; per run its dates and what it started from."""
     done = []
     for run_dates in contiguous(dates):
-        notes: list[str] = []
-        meter.run([*settings.argv(), *date_args(run_dates), *(beam_args or [])], notes=notes)
-        done.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in notes))
+        result = meter.run([*settings.argv(), *date_args(run_dates), *(beam_args or [])])
+        done.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in result.notes))
     return done
 
 

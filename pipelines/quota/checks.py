@@ -71,7 +71,7 @@ def check_allocation(events: pa.Table, result: Allocation, state: pa.Table | Non
         raise _broken("a pool period's used tokens differ from the included tokens drawn from it")
 
 
-def _check_totals(billable: pa.Table | None, days: pa.Table | None) -> None:
+def check_totals(billable: pa.Table | None, days: pa.Table | None) -> None:
     """The staged billable rows and the local x UTC day bridge hold the same tokens."""
 
     def total(t: pa.Table | None, column: str) -> int:

@@ -45,13 +45,12 @@ def quota_meter(
         _meter_stale(s, ctx.args)
         return
     argv = [*s.argv(), *dates_argv(date, start, end), *(["--month", month] if month else []), *ctx.args]
-    seconds: dict[str, float] = {}
-    notes: list[str] = []
     with step("metering quota pools"):
-        counts = meter.run(argv, seconds, notes)
-    out.print(", ".join(f"{name}: {n:,} rows" for name, n in counts.items()))
-    for note in notes:
+        result = meter.run(argv)
+    out.print(", ".join(f"{name}: {n:,} rows" for name, n in result.counts.items()))
+    for note in result.notes:
         out.print(note)
+    seconds = result.seconds
     out.print(f"Beam pipeline {seconds['pipeline']:.1f} s, warehouse load {seconds['load']:.1f} s")
 
 

@@ -39,34 +39,28 @@ import datetime as dt
 import logging
 import re
 import time
+from dataclasses import dataclass
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
-from sqlalchemy import and_, delete, insert
 
-from billing.billable import billable_rows, metered_days, sum_by
+from billing.billable import billable_rows, metered_days
 from billing.plan import AccountIndex, attach_accounts
 from billing.quota import allocate, balances_at
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.dedup import HASH
-from pipelines.quota.checks import _check_totals, check_allocation
-from pipelines.quota.remeter import plans_digest
+from pipelines.quota.checks import check_allocation
 from pipelines.quota.store import (
     ALLOCATION_SPILL,
-    POOL_STATE,
     STATE_SPILL,
-    STATE_STAMP,
     StateStamps,
-    _commit_allocations,
-    _commit_days,
-    _file_rows,
-    _join_spilled,
     _spill_days,
-    _staged,
+    commit_lake,
     dependent_days,
+    load_warehouse,
     read_window,
     shard_count,
     spill_by_account,
@@ -77,12 +71,11 @@ from pipelines.runtime.options import CommonOptions, date_range, parse_date, pip
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
 from pipelines.warehouse.binding import require_lake, require_partitions
-from pipelines.warehouse.engine import insert_arrow, make_engine, replace_rows, require_schema
+from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import database_lock, lock_wait, step_lock
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
-from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
 
 COLUMNS = [
     "event_id",
@@ -275,33 +268,29 @@ class MeterQuota(beam.PTransform):
         )
 
 
-def run(
-    argv: list[str] | None = None,
-    seconds: dict[str, float] | None = None,
-    notes: list[str] | None = None,
-) -> dict[str, int]:
-    """Meter the local dates; returns row counts loaded. ``seconds``, if given, receives the wall
-    time of the Beam pipeline ("pipeline") and of the warehouse load and lake commit ("load");
-    ``notes``, if given, what the run started from when it used stored balances."""
+@dataclass
+class MeterResult:
+    counts: dict[str, int]  # rows loaded: billable_usage, pool_usage, allocations
+    notes: list[str]  # what the run started from, and later days it metered again
+    seconds: dict[str, float]  # wall time of the Beam pipeline ("pipeline"), the load and commit ("load")
+
+
+def run(argv: list[str] | None = None) -> MeterResult:
+    """Meter the local dates of ``argv`` (``--date``, ``--from``/``--to`` or ``--month``)."""
     options = pipeline_options(argv, threads=True)
     opts = options.view_as(MeterOptions)
     dates = meter_dates(opts)  # a mistake in the dates is told before any database work
     with database_lock(opts.database_url, "quota meter"):
-        return _run(options, opts, {} if seconds is None else seconds, [] if notes is None else notes, dates)
+        return _run(options, opts, dates)
 
 
-def _run(
-    options, opts: MeterOptions, seconds: dict[str, float], notes: list[str], dates: list[dt.date]
-) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # type: ignore[no-untyped-def]
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
     require_lake(engine, opts.lake, "quota meter")
-    later = dependent_days(engine, catalog, dates[-1])
-    if later:  # metered already, and these dates' events reach them: metered again, in this run
-        dates = dates + [dates[-1] + dt.timedelta(days=i) for i in range(1, (later[-1] - dates[-1]).days + 1)]
-        notes.append(f"also metered {later[0]}..{later[-1]} again: their balances follow from these dates")
-        log.info("quota meter: %s", notes[-1])
+    notes: list[str] = []
+    dates = _with_dependent_days(engine, catalog, dates, notes)
     first, last = dates[0], dates[-1]
     # Under the accounts' lock, so that an accounts load is either in what this run reads or queues
     # its days after this run started (meter_queue.queued_at > metered_at: still out of date).
@@ -323,6 +312,7 @@ def _run(
     require_partitions(engine, opts.lake, utc_dates, "quota meter")
     run_id = opts.run_id or new_run_id("meter")
     stage = fresh_stage(opts.lake, run_id, "quota meter")  # a killed run's folder: we hold the step's lock
+    seconds: dict[str, float] = {}
     try:
         files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
         units = lake.row_group_units(files)
@@ -345,52 +335,20 @@ def _run(
             )
         seconds["pipeline"] = time.perf_counter() - began
         began = time.perf_counter()
-        billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
-        if days is not None:
-            days = sum_by(days, ["local_day", "utc_day"])
-        _check_totals(billable, days)
-        with engine.begin() as conn:
-            replace_rows(
-                conn,
-                BillableUsage.__table__,
-                "local_day",
-                dates,
-                billable if billable is not None else pa.table({}),
-            )
-            replace_rows(
-                conn, MeteredDay.__table__, "local_day", dates, days if days is not None else pa.table({})
-            )
-            covered = MeteredDate.__table__
-            conn.execute(delete(covered).where(covered.c.local_day.between(first, last)))
-            basis = plans_digest(catalog)
-            conn.execute(
-                insert(covered),
-                [{"local_day": d, "run_id": run_id, "metered_at": started, "basis": basis} for d in dates],
-            )
-            q = MeterQueue.__table__.c
-            conn.execute(
-                delete(MeterQueue.__table__).where(q.local_day.between(first, last), q.queued_at <= started)
-            )
-            pt = PoolUsage.__table__
-            conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
-            if pools is not None:
-                insert_arrow(conn, pt, pools)
-        allocations = _commit_allocations(opts.lake, stage, run_id, dates)
-        _join_spilled(stage, STATE_SPILL, POOL_STATE, BALANCE_SCHEMA, sorted(new_stamps))
-        for day in dates:  # a date without a stamp commits an empty partition: no state
-            staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
-            if day in new_stamps:
-                stamp = {**new_stamps[day], "files": _file_rows(lake.list_files(staged))}
-                lake.write_json(lake.join(staged, STATE_STAMP), stamp)
-            else:
-                lake.discard(staged)
-        _commit_days(opts.lake, stage, run_id, dates, POOL_STATE)
+        counts = load_warehouse(engine, catalog, stage, dates, run_id, started)
+        counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, new_stamps)
         seconds["load"] = time.perf_counter() - began
     finally:
         lake.discard(stage)
         engine.dispose()
-    return {
-        "billable_usage": 0 if billable is None else billable.num_rows,
-        "pool_usage": 0 if pools is None else pools.num_rows,
-        "allocations": allocations,
-    }
+    return MeterResult(counts, notes, seconds)
+
+
+def _with_dependent_days(engine, catalog: Catalog, dates: list[dt.date], notes: list[str]) -> list[dt.date]:  # type: ignore[no-untyped-def]
+    """``dates`` through the already-metered days their events' balances reach (metered again)."""
+    later = dependent_days(engine, catalog, dates[-1])
+    if not later:
+        return dates
+    notes.append(f"also metered {later[0]}..{later[-1]} again: their balances follow from these dates")
+    log.info("quota meter: %s", notes[-1])
+    return dates + [dates[-1] + dt.timedelta(days=i) for i in range(1, (later[-1] - dates[-1]).days + 1)]

@@ -1,6 +1,6 @@
-"""What the meter keeps in the lake: allocation records and pool balances, spilled per shard and committed
-per local day, and the stored balances (with their stamps) that the next run starts from instead of
-reading its whole window again."""
+"""What the meter keeps: allocation records and pool balances in the lake, spilled per shard and
+committed per local day, the stored balances (with their stamps) that the next run starts from instead
+of reading its whole window again, and the checked load of its rows into the warehouse."""
 
 from __future__ import annotations
 
@@ -11,17 +11,19 @@ import logging
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import select
+from sqlalchemy import and_, delete, insert, select
 
+from billing.billable import sum_by
 from billing.calendar import Coupling
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.dedup import HASH, runs, shard_segments, stable_hash
+from pipelines.quota.checks import check_totals
 from pipelines.quota.remeter import plans_digest
-from pipelines.warehouse.engine import as_date
+from pipelines.warehouse.engine import as_date, insert_arrow, replace_rows
 from schemas.catalog import Catalog
-from schemas.lake import ALLOCATION_SCHEMA
-from schemas.warehouse import MeteredDate
+from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
+from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
 
 log = logging.getLogger(__name__)
 SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
@@ -266,3 +268,61 @@ def _staged(stage: str, name: str) -> pa.Table | None:
     tables = [lake.read_parquet(f) for f in files]
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
+
+
+def load_warehouse(  # type: ignore[no-untyped-def]
+    engine, catalog: Catalog, stage: str, dates: list[dt.date], run_id: str, started: dt.datetime
+) -> dict[str, int]:
+    """The staged rows, checked, into the warehouse in one transaction: billable usage, the local x UTC
+    day bridge, the metered dates (with what they reflect) and the pool balances of their periods."""
+    first, last = dates[0], dates[-1]
+    billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
+    if days is not None:
+        days = sum_by(days, ["local_day", "utc_day"])
+    check_totals(billable, days)
+    with engine.begin() as conn:
+        replace_rows(
+            conn,
+            BillableUsage.__table__,
+            "local_day",
+            dates,
+            billable if billable is not None else pa.table({}),
+        )
+        replace_rows(
+            conn, MeteredDay.__table__, "local_day", dates, days if days is not None else pa.table({})
+        )
+        covered = MeteredDate.__table__
+        conn.execute(delete(covered).where(covered.c.local_day.between(first, last)))
+        basis = plans_digest(catalog)
+        conn.execute(
+            insert(covered),
+            [{"local_day": d, "run_id": run_id, "metered_at": started, "basis": basis} for d in dates],
+        )
+        q = MeterQueue.__table__.c
+        conn.execute(
+            delete(MeterQueue.__table__).where(q.local_day.between(first, last), q.queued_at <= started)
+        )
+        pt = PoolUsage.__table__
+        conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
+        if pools is not None:
+            insert_arrow(conn, pt, pools)
+    return {
+        "billable_usage": 0 if billable is None else billable.num_rows,
+        "pool_usage": 0 if pools is None else pools.num_rows,
+    }
+
+
+def commit_lake(lake_root: str, stage: str, run_id: str, dates: list[dt.date], new_stamps: dict) -> int:
+    """Commit the allocation records and the kept balances (each with its stamp) of ``dates``;
+    returns the allocation records committed."""
+    allocations = _commit_allocations(lake_root, stage, run_id, dates)
+    _join_spilled(stage, STATE_SPILL, POOL_STATE, BALANCE_SCHEMA, sorted(new_stamps))
+    for day in dates:  # a date without a stamp commits an empty partition: no state
+        staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
+        if day in new_stamps:
+            stamp = {**new_stamps[day], "files": _file_rows(lake.list_files(staged))}
+            lake.write_json(lake.join(staged, STATE_STAMP), stamp)
+        else:
+            lake.discard(staged)
+    _commit_days(lake_root, stage, run_id, dates, POOL_STATE)
+    return allocations
