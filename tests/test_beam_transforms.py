@@ -8,6 +8,7 @@ import json
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -127,7 +128,7 @@ def test_combine_fn_merges_partials_in_any_grouping():
     )
 
 
-def test_ingest_transform_stages_clean_rows_quarantine_and_counts(tmp_path):
+def test_ingest_transform_stages_clean_rows_and_returns_quarantine_and_counts(tmp_path):
     landing = tmp_path / "landing" / "2026-03-02"
     landing.mkdir(parents=True)
     good = {
@@ -148,20 +149,40 @@ def test_ingest_transform_stages_clean_rows_quarantine_and_counts(tmp_path):
     ]
     (landing / "f.jsonl").write_text("\n".join(lines))
     stage = str(tmp_path / "stage")
-    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
-        landed = (
-            p
-            | beam.Create([ReadUnit(str(landing / "f.jsonl"), "2026-03-02")])
-            | IngestEvents(Rules(frozenset({"m"})), 2, str(tmp_path / "lake"), stage, [])
-        )
-        assert_that(landed, equal_to([]))  # everything goes to staging files
-    stats = json.loads((tmp_path / "stage" / "stats" / "2026-03-02.json").read_text())
-    assert stats["rows_read"] == 8 and stats["clean"] == 5 and stats["duplicates"] == 1
-    assert stats["quarantined"] == {"malformed_json": 1, "unknown_model": 1}
+    p = TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS))
+    ingested = (
+        p
+        | beam.Create([ReadUnit(str(landing / "f.jsonl"), "2026-03-02")])
+        | IngestEvents(Rules(frozenset({"m"})), 2, str(tmp_path / "lake"), stage, [])
+    )
+
+    def counts(pairs):  # type: ignore[no-untyped-def]
+        return [(day, s["rows_read"], s["clean"], s["duplicates"], s["quarantined"]) for day, s in pairs]
+
+    def quarantined(pairs):  # type: ignore[no-untyped-def]
+        return [(day, t["row_number"].to_pylist(), t["reason"].to_pylist()) for day, t in pairs]
+
+    assert_that(
+        ingested["stats"] | "AllStats" >> beam.combiners.ToList() | "Counts" >> beam.Map(counts),
+        equal_to([[("2026-03-02", 8, 5, 1, {"malformed_json": 1, "unknown_model": 1})]]),
+        label="stats",
+    )
+    assert_that(
+        ingested["quarantine"] | "AllQuarantine" >> beam.combiners.ToList() | "Rows" >> beam.Map(quarantined),
+        equal_to([[("2026-03-02", [7, 8], ["malformed_json", "unknown_model"])]]),
+        label="quarantine",
+    )
+    result = p.run()
+    result.wait_until_finish()
+    reasons = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query(MetricsFilter().with_namespace("quarantine"))["counters"]
+    }
+    assert reasons == {"malformed_json": 1, "unknown_model": 1}
+    # the clean rows, deduplicated, are the staged shard files (the caller stages quarantine and stats)
     staged = pq.read_table(tmp_path / "stage" / "events" / "date=2026-03-02")
     assert sorted(staged["event_id"].to_pylist()) == ["e0", "e1", "e2", "e3", "e4"]
-    quarantine = pq.read_table(tmp_path / "stage" / "quarantine" / "date=2026-03-02")
-    assert quarantine["row_number"].to_pylist() == [7, 8]
+    assert not (tmp_path / "stage" / "quarantine").exists() and not (tmp_path / "stage" / "stats").exists()
 
 
 def test_merge_stats_adds_nested_counts():

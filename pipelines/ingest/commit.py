@@ -17,7 +17,7 @@ from pipelines.errors import DataQualityError
 from pipelines.ingest.readers import (
     source_name,
 )
-from pipelines.ingest.stats import _stats
+from pipelines.ingest.stats import new_stats
 from pipelines.ingest.units import (
     ReadUnit,
 )
@@ -136,7 +136,7 @@ def _collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
     stats = {}
     for day in dates:
         path = lake.join(stage, "stats", f"{day.isoformat()}.json")
-        stats[day.isoformat()] = lake.read_json(path) if lake.exists(path) else _stats()
+        stats[day.isoformat()] = lake.read_json(path) if lake.exists(path) else new_stats()
     changed = lake.partition_dates(stage, lake.EVENTS)
     return IngestResult(run_id, stats, changed)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import Engine
 
@@ -48,7 +49,7 @@ from pipelines.ingest.readers import (
     source_name,
     whole_file,
 )
-from pipelines.ingest.stats import MergeStats, _by_landing, _merge, _per_landing, _reason_counts, _stats
+from pipelines.ingest.stats import MergeStats, by_landing, merge, new_stats, per_landing, reason_counts
 from pipelines.ingest.units import (
     LakeShard,
     ReadUnit,
@@ -131,10 +132,10 @@ class ReadAndValidate(beam.DoFn):
         unit_key = hashlib.sha1(f"{unit.path}#{unit.row_group}".encode(errors="surrogateescape")).hexdigest()[
             :20
         ]
-        stats = _stats(files=1 if unit.first else 0)
+        stats = new_stats(files=1 if unit.first else 0)
         for i, chunk in enumerate(chunks):
             clean, quarantine = validate(chunk, landing, name, self.rules)
-            stats = _merge(stats, _stats(rows_read=chunk.rows_read, quarantined=_reason_counts(quarantine)))
+            stats = merge(stats, new_stats(rows_read=chunk.rows_read, quarantined=reason_counts(quarantine)))
             if quarantine.num_rows:
                 yield QUARANTINE, (unit.landing_date, quarantine)
             table, segments = sub_shard_segments(with_hash(clean), self.shards, self.subs)
@@ -179,10 +180,10 @@ class DedupAndStage(beam.DoFn):
                         files[day], hashes[day] = self._open(existing, day, shard)
                     files[day].write(table)
                     hashes[day].append(result.write_hashes[day])
-                for landing, stats in _per_landing(result):
+                for landing, stats in per_landing(result):
                     yield STATS, (landing, stats)
                 if result.conflicts.num_rows:
-                    for landing, rows in _by_landing(result.conflicts, "landing_date"):
+                    for landing, rows in by_landing(result.conflicts, "landing_date"):
                         yield QUARANTINE, (landing, rows)
         finally:
             for writer in files.values():
@@ -207,15 +208,26 @@ class DedupAndStage(beam.DoFn):
         return writer, [existing.all_hashes(day)]
 
 
-class StageQuarantine(beam.DoFn):
-    def __init__(self, stage_root: str) -> None:
-        self.stage_root = stage_root
+class ConcatQuarantine(beam.DoFn):
+    """A landing date's quarantined rows from every worker, in (source file, row number) order; each
+    reason code also counts in the Beam metrics (namespace ``quarantine``, one counter per reason)."""
 
     def process(self, element):  # type: ignore[no-untyped-def]
         landing, tables = element
         table = pa.concat_tables(list(tables)).sort_by(
             [("source_file", "ascending"), ("row_number", "ascending")]
         )
+        for reason, n in reason_counts(table).items():
+            Metrics.counter("quarantine", reason).inc(n)
+        yield landing, table
+
+
+class StageQuarantine(beam.DoFn):
+    def __init__(self, stage_root: str) -> None:
+        self.stage_root = stage_root
+
+    def process(self, element):  # type: ignore[no-untyped-def]
+        landing, table = element
         lake.write_parquet(
             lake.join(lake.partition(self.stage_root, lake.QUARANTINE, landing), "part-0000.parquet"), table
         )
@@ -231,7 +243,10 @@ class StageStats(beam.DoFn):
 
 
 class IngestEvents(beam.PTransform):
-    """Read units -> staged partitions, quarantine and per-landing-date stats (writes only to staging)."""
+    """Read units -> deduplicated shard files in the run's staging folder, and per landing date its
+    quarantined rows (``"quarantine"``: (landing date, table)) and its counts (``"stats"``: (landing
+    date, stats)). The shard files are written by the dedup workers (the events are too many to travel
+    through the pipeline); the quarantine and the stats are staged by the caller (``run``)."""
 
     def __init__(
         self,
@@ -264,18 +279,18 @@ class IngestEvents(beam.PTransform):
             "Dedup",
             (QUARANTINE, STATS),
         )
-        (
+        quarantine = (
             (read[QUARANTINE], dedup[QUARANTINE])
             | "FlattenQuarantine" >> beam.Flatten()
             | "GroupQuarantine" >> beam.GroupByKey()
-            | "StageQuarantine" >> beam.ParDo(StageQuarantine(self.stage_root))
+            | "ConcatQuarantine" >> beam.ParDo(ConcatQuarantine())
         )
-        return (
+        stats = (
             (read[STATS], dedup[STATS])
             | "FlattenStats" >> beam.Flatten()
             | "MergeStats" >> beam.CombinePerKey(MergeStats())
-            | "StageStats" >> beam.ParDo(StageStats(self.stage_root))
         )
+        return {"quarantine": quarantine, "stats": stats}
 
 
 # -- driver --------------------------------------------------------------------------------------
@@ -338,12 +353,14 @@ def _ingest(
     stage = lake.open_stage(opts.lake, run_id, STEP)
     try:
         with run_pipeline(options) as p:
-            _ = (
+            ingested = (
                 p
                 | "ReadUnits" >> beam.Create(units)
                 | "IngestEvents"
                 >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules), subs)
             )
+            _ = ingested["quarantine"] | "StageQuarantine" >> beam.ParDo(StageQuarantine(stage))
+            _ = ingested["stats"] | "StageStats" >> beam.ParDo(StageStats(stage))
         result = _collect(run_id, stage, dates)
         _check_conservation(result)
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one

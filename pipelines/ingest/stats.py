@@ -15,13 +15,13 @@ from pipelines.ingest.dedup import (
 )
 
 
-def _stats(**values: object) -> dict:
+def new_stats(**values: object) -> dict:
     base = {"files": 0, "rows_read": 0, "clean": 0, "duplicates": 0, "quarantined": {}, "late": {}}
     base.update(values)
     return base
 
 
-def _merge(a: dict, b: dict) -> dict:
+def merge(a: dict, b: dict) -> dict:
     out = dict(a)
     for k, v in b.items():
         if isinstance(v, dict):
@@ -36,31 +36,31 @@ def _merge(a: dict, b: dict) -> dict:
 
 class MergeStats(beam.CombineFn):
     def create_accumulator(self) -> dict:
-        return _stats()
+        return new_stats()
 
     def add_input(self, acc: dict, value: dict) -> dict:
-        return _merge(acc, value)
+        return merge(acc, value)
 
     def merge_accumulators(self, accs: Iterable[dict]) -> dict:
-        out = _stats()
+        out = new_stats()
         for a in accs:
-            out = _merge(out, a)
+            out = merge(out, a)
         return out
 
     def extract_output(self, acc: dict) -> dict:
         return acc
 
 
-def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
-    return dict(_count_by(quarantine["reason"]))
+def reason_counts(quarantine: pa.Table) -> dict[str, int]:
+    return dict(count_by(quarantine["reason"]))
 
 
-def _by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
+def by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
     for value in table[column].unique().to_pylist():
         yield value.isoformat(), table.filter(pa.compute.equal(table[column], pa.scalar(value, pa.date32())))
 
 
-def _count_by(values: pa.ChunkedArray) -> list[tuple[object, int]]:
+def count_by(values: pa.ChunkedArray) -> list[tuple[object, int]]:
     """(value, rows) for each value of a column; one min/max when, as usual, there is one value."""
     if len(values) == 0:
         return []
@@ -71,18 +71,18 @@ def _count_by(values: pa.ChunkedArray) -> list[tuple[object, int]]:
     return list(zip(counts["v"].to_pylist(), counts["count_all"].to_pylist(), strict=True))
 
 
-def _per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
+def per_landing(result: ShardResult) -> Iterable[tuple[str, dict]]:
     out: dict[str, dict] = {}
 
     def add(landing: dt.date, **values: object) -> None:
         key = landing.isoformat()
-        out[key] = _merge(out.get(key, _stats()), _stats(**values))
+        out[key] = merge(out.get(key, new_stats()), new_stats(**values))
 
     for day, rows in result.writes.items():  # the new rows, by event date
-        for landing, count in _count_by(rows["_landing_date"]):
+        for landing, count in count_by(rows["_landing_date"]):
             add(landing, clean=count, late={day.isoformat(): count} if day < landing else {})
-    for landing, count in _count_by(result.duplicates["_landing_date"]):
+    for landing, count in count_by(result.duplicates["_landing_date"]):
         add(landing, duplicates=count)
-    for landing, count in _count_by(result.conflicts["landing_date"]):
+    for landing, count in count_by(result.conflicts["landing_date"]):
         add(landing, quarantined={"conflicting_duplicate": count})
     return out.items()
