@@ -6,7 +6,7 @@ For each size, the project's generator writes events into lake partitions (Parqu
 groups, 30 days, 5,000 accounts); then, as separate processes and in one run:
 - `usage-billing usage aggregate` in process (FnApiRunner) with one thread (the default), two threads
   and two worker processes, loading
-  usage_daily, usage_daily_errors, model_daily and model_weekly_accounts into SQLite;
+  usage_daily, usage_daily_errors and model_daily into SQLite;
 - DuckDB (2 threads) computing the same outputs (exact quantiles) from the same files into Parquet;
 - at --naive-events only: the same sums in Beam with one Python dict per event, scaled to events/s.
 Targets (issue 4): wall at most 2x DuckDB's at 50M; at least 50x the naive pipeline's events/s;
@@ -192,7 +192,7 @@ Data: exactly the stated number of generator events, over up to {DAYS} days, 5,0
   {100 * (rss_large / rss_small - 1):+.0f}% (targets: under 1 GB; under +25%).
 - Two threads hold two row groups' work at once ({memory_x:.1f}x the memory at {large:,} for {speed_x:.2f}x the speed);
   two worker processes each hold their own Beam and Arrow runtime.
-- This pipeline also loads usage_daily, usage_daily_errors, model_daily and model_weekly_accounts into
+- This pipeline also loads usage_daily, usage_daily_errors and model_daily into
   SQLite in one transaction; DuckDB writes its results to Parquet. Wall includes process start-up.
 """,
     )

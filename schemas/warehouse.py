@@ -180,17 +180,6 @@ class ModelDaily(Base):
     p95_output_tps: Mapped[float | None] = mapped_column(Float)
 
 
-class ModelWeeklyAccounts(Base):
-    """Distinct active accounts per model and speed tier ('*' = all tiers) for complete ISO weeks."""
-
-    __tablename__ = "model_weekly_accounts"
-
-    week_start: Mapped[dt.date] = mapped_column(primary_key=True, comment="Monday of the ISO week (UTC days)")
-    model: Mapped[str] = mapped_column(String(100), primary_key=True)
-    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
-    active_accounts: Mapped[int]
-
-
 class DqResult(Base):
     """The latest data-quality result of each check on each clean partition (UTC event date)."""
 

@@ -53,9 +53,9 @@ def test_dask_runner_gives_the_same_warehouse_rows(sqlite_settings, tmp_path, da
     result = ingest.run([*on_dask.argv(), *dates, *flags])
     assert result.total("clean") > 0
     aggregate.run([*on_dask.argv(), *dates, *flags])
-    from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDailyError
+    from schemas.warehouse import ModelDaily, UsageDailyError
 
-    for model in (UsageDaily, UsageDailyError, ModelDaily, ModelWeeklyAccounts):
+    for model in (UsageDaily, UsageDailyError, ModelDaily):
         assert table_rows(on_dask.database_url, model) == table_rows(sqlite_settings.database_url, model), (
             model
         )

@@ -179,11 +179,11 @@ def test_bad_rows_and_bad_files_are_quarantined_and_good_rows_still_arrive(sqlit
 
 @pytest.mark.postgres
 def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgres_settings):
-    from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDailyError
+    from schemas.warehouse import ModelDaily, UsageDailyError
 
     ingest_and_aggregate(sqlite_settings, small_dates())
     ingest_and_aggregate(postgres_settings, small_dates())
-    for model in (UsageDaily, UsageDailyError, ModelDaily, ModelWeeklyAccounts):
+    for model in (UsageDaily, UsageDailyError, ModelDaily):
         assert table_rows(postgres_settings.database_url, model) == table_rows(
             sqlite_settings.database_url, model
         )

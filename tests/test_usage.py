@@ -12,11 +12,12 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from pipelines.adoption import weekly
 from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
 from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.usage.partials import DayPartials, model_daily, partial_usage, quantiles_from_histogram
 from pipelines.warehouse.engine import make_engine
-from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDailyError
+from schemas.warehouse import ModelDaily, ModelWeekly, UsageDailyError
 
 
 def _events(n: int, seed: int = 0) -> pa.Table:
@@ -79,10 +80,11 @@ def nine_days(tmp_path, catalog, sqlite_settings):  # type: ignore[no-untyped-de
     return settings
 
 
-def test_weekly_accounts_only_for_complete_iso_weeks(nine_days):
+def test_weekly_accounts_only_for_complete_iso_weeks(nine_days, catalog):
     engine = make_engine(nine_days.database_url)
+    weekly.refresh(engine, catalog.adoption, dt.date(2026, 3, 10), weeks_back=4)
     with Session(engine) as session:
-        weeks = session.scalars(select(ModelWeeklyAccounts)).all()
+        weeks = session.scalars(select(ModelWeekly)).all()
         daily = session.scalars(select(ModelDaily)).all()
         errors = session.scalars(select(UsageDailyError)).all()
     assert {w.week_start for w in weeks} == {dt.date(2026, 3, 2)}  # the week of Mar 9 has 2 of 7 days

@@ -16,9 +16,7 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 import pyarrow as pa
-from sqlalchemy import Connection, delete, distinct, func, insert, literal, select
 
-from billing.calendar import monday
 from pipelines import lake
 from pipelines.runtime.options import CommonOptions, date_range, pipeline_options, run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
@@ -34,10 +32,9 @@ from pipelines.usage.partials import (
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import make_engine, replace_rows, require_schema
 from pipelines.warehouse.locks import database_lock, step_lock
-from schemas.warehouse import ModelDaily, ModelWeeklyAccounts, UsageDaily, UsageDailyError
+from schemas.warehouse import ModelDaily, UsageDaily, UsageDailyError
 
 COMPACT_EVERY = 4  # partials a day's accumulator holds before re-summing (bounds memory)
-ALL_TIERS = "*"
 
 
 AggregateOptions = CommonOptions
@@ -122,42 +119,6 @@ def _read_staged(stage: str, name: str, dates: list[dt.date], schema: pa.Schema)
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def refresh_weekly_accounts(conn: Connection, dates: list[dt.date]) -> None:
-    """Recompute distinct accounts per model and tier for each complete ISO week the dates touch.
-
-    A week is complete when usage_daily holds its Sunday (UTC days); its rows are replaced.
-    """
-    t = UsageDaily.__table__
-    latest = conn.execute(select(func.max(t.c.day))).scalar_one()
-    if latest is None:
-        return
-    weeks = sorted({monday(d) for d in dates})
-    weekly = ModelWeeklyAccounts.__table__
-    for week in weeks:
-        sunday = week + dt.timedelta(days=6)
-        if sunday > latest:
-            continue
-        in_week = t.c.day.between(week, sunday)
-        per_tier = (
-            select(t.c.model, t.c.speed_tier, func.count(distinct(t.c.account_id)))
-            .where(in_week)
-            .group_by(t.c.model, t.c.speed_tier)
-        )
-        all_tiers = (
-            select(t.c.model, literal(ALL_TIERS), func.count(distinct(t.c.account_id)))
-            .where(in_week)
-            .group_by(t.c.model)
-        )
-        rows = [
-            {"week_start": week, "model": m, "speed_tier": tier, "active_accounts": n}
-            for stmt in (per_tier, all_tiers)
-            for m, tier, n in conn.execute(stmt)
-        ]
-        conn.execute(delete(weekly).where(weekly.c.week_start == week))
-        if rows:
-            conn.execute(insert(weekly), rows)
-
-
 def lake_units(lake_root: str, dates: list[dt.date]) -> list[lake.Unit]:
     files = [f for d in dates for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))]
     return lake.row_group_units(files)
@@ -200,7 +161,6 @@ def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date,
             replace_rows(conn, UsageDaily.__table__, "day", dates, usage)
             replace_rows(conn, UsageDailyError.__table__, "day", dates, staged["errors"])
             replace_rows(conn, ModelDaily.__table__, "day", dates, daily)
-            refresh_weekly_accounts(conn, dates)
     finally:
         lake.discard(stage)
         engine.dispose()
