@@ -367,7 +367,8 @@ def test_reading_a_changed_file_refuses_instead_of_mixing(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.ingest.readers import LandingFileChanged, read_json_file, read_parquet_unit, stamp
+    from pipelines.ingest.parquet_files import read_parquet_unit
+    from pipelines.ingest.readers import LandingFileChanged, read_json_file, stamp
     from tests.data.bad.corpus import event, line
 
     path = tmp_path / "a.parquet"

@@ -107,7 +107,7 @@ def test_a_parquet_file_gets_the_verdicts_and_rows_of_the_same_json(tmp_path, di
 
     import pyarrow.parquet as pq
 
-    from pipelines.ingest.readers import read_parquet_unit
+    from pipelines.ingest.parquet_files import read_parquet_unit
 
     parsed = read_json_lines("\n".join(json.dumps(r) for r in MIXED).encode(), RAW_JSON_SCHEMA)
     path = tmp_path / "f.jsonl"  # the name validate gets for both, so _source_file agrees

@@ -41,14 +41,8 @@ from pipelines.ingest.dedup import (
     sub_shard_segments,
     with_hash,
 )
-from pipelines.ingest.readers import (
-    LandingFileChanged,
-    file_kind,
-    read_json_file,
-    read_parquet_unit,
-    source_name,
-    whole_file,
-)
+from pipelines.ingest.parquet_files import read_parquet_unit
+from pipelines.ingest.readers import LandingFileChanged, file_kind, read_json_file, source_name, whole_file
 from pipelines.ingest.stats import MergeStats, by_landing, merge, new_stats, per_landing, reason_counts
 from pipelines.ingest.units import (
     LakeShard,

@@ -17,11 +17,8 @@ from pipelines.ingest.dedup import (
     sorted_hashes,
     sub_shard_of,
 )
-from pipelines.ingest.readers import (
-    file_kind,
-    parquet_units,
-    stamp,
-)
+from pipelines.ingest.parquet_files import parquet_units
+from pipelines.ingest.readers import file_kind, stamp
 from pipelines.ingest.validate import Rules
 
 SUB_SHARD_ROWS = 250_000  # rows deduplicated at once: a run splits each lake shard into pieces of this
