@@ -24,7 +24,8 @@ from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest import events as ingest
 from pipelines.invoicing import documents as invoicing
-from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import write_landing
 from pipelines.jobs.run_day import aggregate_step, gate_step, ingest_step, meter_runs
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
