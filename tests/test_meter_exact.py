@@ -325,6 +325,7 @@ def test_a_late_event_in_march_reaches_aprils_metered_days_through_the_week_that
 def test_a_plan_change_loaded_after_its_days_were_metered_is_metered_again_before_a_draft(tmp_path):
     from pipelines.errors import UsageBillingError
     from pipelines.invoicing import documents as invoicing
+    from pipelines.invoicing import months
     from pipelines.quota.explain import explain_event, render
 
     catalog = _fast_and_main(-1, 5)
@@ -344,7 +345,7 @@ def test_a_plan_change_loaded_after_its_days_were_metered_is_metered_again_befor
     stale = jobs.stale_dates(world.engine, load_catalog(world.settings.config))
     assert dt.date(2026, 3, 4) in stale and dt.date(2026, 2, 27) not in stale
     with world.engine.begin() as conn:
-        reason = invoicing.open_reason(
+        reason = months.open_reason(
             conn, load_catalog(world.settings.config), "2026-03", dt.date(2026, 12, 1)
         )
     assert reason is not None and "out of date" in reason and "accounts load" in reason

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, select
 
 from billing.invoices import month_bounds
 from pipelines.errors import UsageBillingError
-from pipelines.invoicing.documents import check_month
+from pipelines.invoicing.months import check_month
 from pipelines.warehouse.engine import read_arrow
 from schemas.lake import EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
 from schemas.warehouse import Invoice, InvoiceLine, PoolUsage
