@@ -54,7 +54,8 @@ JSON_COLUMNS = (
 
 
 def _generate(workdir: Path, events: int) -> int:
-    from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+    from pipelines.jobs.generate import GeneratorConfig, generate
+    from pipelines.jobs.landing import write_landing
     from schemas.catalog import load_catalog
 
     catalog = load_catalog(ROOT / "config" / "catalog.toml")

@@ -74,7 +74,8 @@ def _bad_rows(day: dt.date, n: int) -> list[str]:
 
 
 def _generate(workdir: Path, days: int, events: int, accounts: int) -> dict:
-    from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+    from pipelines.jobs.generate import GeneratorConfig, generate
+    from pipelines.jobs.landing import write_landing
     from schemas.catalog import load_catalog
 
     catalog = load_catalog(ROOT / "config" / "catalog.toml")

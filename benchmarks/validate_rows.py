@@ -12,7 +12,7 @@ import argparse
 import datetime as dt
 import time
 
-from pipelines.ingest.readers import read_parquet_unit
+from pipelines.ingest.parquet_files import read_parquet_unit
 from pipelines.ingest.validate import Rules, validate
 from schemas.catalog import load_catalog
 

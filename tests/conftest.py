@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import write_landing
 from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.catalog import Catalog, load_catalog

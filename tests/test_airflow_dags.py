@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import write_landing
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.binding import rebind

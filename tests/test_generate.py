@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.jobs.generate import GeneratorConfig, generate, to_json_lines, write_landing
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import to_json_lines, write_landing
 from schemas.events import EVENT_SCHEMA, RAW_JSON_SCHEMA
 from schemas.jsonl import read_json_lines
 

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from pipelines.errors import DataQualityError
 from pipelines.ingest import quality
-from pipelines.jobs.generate import GeneratorConfig, generate, to_json_lines
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import to_json_lines
 from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import DqAcceptance, DqResult, UsageDaily

@@ -19,7 +19,8 @@ from sqlalchemy import select, text
 
 from pipelines.adoption import weekly as adoption
 from pipelines.adoption.retirement import run as report
-from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import write_landing
 from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts

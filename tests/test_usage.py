@@ -13,7 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pipelines.adoption import weekly
-from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import write_landing
 from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.usage.partials import DayPartials, model_daily, partial_usage, quantiles_from_histogram
 from pipelines.warehouse.engine import make_engine

@@ -38,7 +38,8 @@ def events_generate(
     fmt: str = typer.Option("mixed", "--format", help="mixed | parquet | jsonl"),
 ) -> None:
     """Write synthetic landing files and an accounts CSV for the scenario."""
-    from pipelines.jobs.generate import GeneratorConfig, generate, write_landing
+    from pipelines.jobs.generate import GeneratorConfig, generate
+    from pipelines.jobs.landing import write_landing
     from pipelines.runtime.options import parse_date
 
     s = settings_of(ctx)

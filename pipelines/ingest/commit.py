@@ -14,9 +14,7 @@ from sqlalchemy import Engine, delete, insert
 
 from pipelines import lake
 from pipelines.errors import DataQualityError
-from pipelines.ingest.readers import (
-    source_name,
-)
+from pipelines.ingest.readers import source_name
 from pipelines.ingest.stats import new_stats
 from pipelines.ingest.units import (
     ReadUnit,

@@ -1,0 +1,41 @@
+"""Warehouse tables. Alembic owns their creation (``migrations/``); these models are the contract.
+
+Token counts are 64-bit integers, money is ``Numeric`` (``Decimal``), timestamps carry a zone.
+Each table states its grain in its docstring; the primary key is that grain, so a reload of the
+same grain replaces rows instead of adding twins. Callers use ``from schemas.warehouse import ...``;
+the tables live in ``operations`` (accounts, runs, locks, data quality), ``usage`` (usage and
+adoption) and ``billing`` (metering and invoices), on ``base.Base``.
+"""
+
+from schemas.warehouse.base import (  # noqa: F401
+    CLUSTERED,
+    NAMING_CONVENTION,
+    Base,
+)
+from schemas.warehouse.billing import (  # noqa: F401
+    BillableUsage,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    MeteredDate,
+    MeteredDay,
+    MeterQueue,
+    PoolUsage,
+)
+from schemas.warehouse.operations import (  # noqa: F401
+    Account,
+    DqAcceptance,
+    DqResult,
+    IngestRun,
+    LakeBinding,
+    PipelineLock,
+    RecomputeQueue,
+)
+from schemas.warehouse.usage import (  # noqa: F401
+    ModelDaily,
+    ModelMigration,
+    ModelWeekly,
+    RetirementCandidate,
+    UsageDaily,
+    UsageDailyError,
+)

@@ -1,0 +1,177 @@
+"""Warehouse tables of billing: pool balances, billable usage, the metered-day records and re-meter queue,
+invoices, their lines and the number counters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from sqlalchemy import (
+    ForeignKey,
+    Integer,
+    Numeric,
+    PrimaryKeyConstraint,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql.expression import false
+
+from schemas.warehouse.base import CLUSTERED, Base
+
+
+class PoolUsage(Base):
+    """One quota pool balance: an account's plan pool in one period (local dates, inclusive)."""
+
+    __tablename__ = "pool_usage"
+    __table_args__ = CLUSTERED
+
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    plan: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    period_start: Mapped[dt.date] = mapped_column(primary_key=True, comment="account-local date")
+    period_end: Mapped[dt.date]
+    allowance: Mapped[int] = mapped_column(comment="tokens (input + output) per period")
+    used: Mapped[int]
+    remaining: Mapped[int]
+    exhausted_at: Mapped[dt.datetime | None] = mapped_column(comment="the event that used the last token")
+
+
+class BillableUsage(Base):
+    """Tokens per account, model, speed tier, account-local day and token kind: included or overage."""
+
+    __tablename__ = "billable_usage"
+    # Keyed by local day first: every read and replace selects a range of local days.
+    __table_args__ = (
+        PrimaryKeyConstraint("local_day", "account_id", "model", "speed_tier", "token_kind", "rate_day"),
+        CLUSTERED,
+    )
+
+    account_id: Mapped[str]
+    model: Mapped[str] = mapped_column(String(100))
+    speed_tier: Mapped[str] = mapped_column(String(16))
+    local_day: Mapped[dt.date] = mapped_column(comment="account-local date")
+    token_kind: Mapped[str] = mapped_column(String(16), comment="input | cached_input | output")
+    rate_day: Mapped[dt.date] = mapped_column(
+        comment="UTC date of the row's first event: the day its price is looked up on",
+    )
+    price_from: Mapped[dt.date | None] = mapped_column(
+        comment="effective_from of the price metering applied (null: no price in force)",
+    )
+    included_tokens: Mapped[int]
+    overage_tokens: Mapped[int]
+
+
+class MeteredDay(Base):
+    """Metered tokens per account-local day and UTC day, over all accounts: the bridge between
+    usage_daily (UTC days) and billable usage and invoices (local days) in the reconciliation."""
+
+    __tablename__ = "metered_days"
+
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    utc_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    included_tokens: Mapped[int]
+    overage_tokens: Mapped[int]
+
+
+class MeteredDate(Base):
+    """Account-local dates a metering run covered, and when that run started reading the lake: a month
+    is closed for invoicing only when each of its days was metered after the last ingest that changed
+    the UTC days it spans (``recompute_queue``)."""
+
+    __tablename__ = "metered_dates"
+
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    metered_at: Mapped[dt.datetime] = mapped_column(comment="when the run started reading the lake")
+    basis: Mapped[str | None] = mapped_column(
+        String(64), comment="digest of the catalog's plans it was metered with (null: before migration 0012)"
+    )
+
+
+class MeterQueue(Base):
+    """Account-local dates whose metering is out of date for a reason other than an event: an
+    ``accounts load`` changed the plan or timezone of an account with usage on them. ``run-day``, the
+    DAGs and ``quota meter`` re-meter them; a row counts until a metering run of its day started after
+    ``queued_at``, and a month with such a day is not closed for invoicing."""
+
+    __tablename__ = "meter_queue"
+
+    local_day: Mapped[dt.date] = mapped_column(primary_key=True)
+    queued_at: Mapped[dt.datetime]
+    reason: Mapped[str] = mapped_column(String(400))
+
+
+class Invoice(Base):
+    """One billing document: an account's invoice for a local calendar month, or an adjustment to it.
+
+    Idempotency key: (account_id, period, sequence); sequence 1 is the first document of the month.
+    Lifecycle draft -> finalized (numbered, immutable) -> void. A database trigger refuses to change
+    or delete a document that is not a draft, except voiding a finalized one.
+    """
+
+    __tablename__ = "invoices"
+    __table_args__ = (UniqueConstraint("account_id", "period", "sequence"),)
+
+    invoice_id: Mapped[str] = mapped_column(String(36), primary_key=True, comment="uuid")
+    account_id: Mapped[str]
+    period: Mapped[str] = mapped_column(String(7), comment="YYYY-MM, account-local calendar month")
+    sequence: Mapped[int] = mapped_column(Integer, comment="1, 2, ... per account and period")
+    kind: Mapped[str] = mapped_column(String(16), comment="invoice | adjustment")
+    status: Mapped[str] = mapped_column(String(16), comment="draft | finalized | void")
+    invoice_number: Mapped[str | None] = mapped_column(
+        String(20), unique=True, comment="INV-YYYYMM-NNNNNN, gapless per period, set when finalized"
+    )
+    corrects: Mapped[str | None] = mapped_column(
+        String(20), comment="adjustments: the number of the invoice they correct"
+    )
+    plan: Mapped[str | None] = mapped_column(
+        String(200), comment="plans in force in the month, comma separated"
+    )
+    currency: Mapped[str] = mapped_column(String(3))
+    subtotal: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="sum of the usage and fee lines")
+    total: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="sum of all lines")
+    created_at: Mapped[dt.datetime]
+    finalized_at: Mapped[dt.datetime | None]
+    voided_at: Mapped[dt.datetime | None]
+    void_reason: Mapped[str | None] = mapped_column(String(1000))
+    open_month: Mapped[bool] = mapped_column(
+        server_default=false(),
+        comment="a draft of a month not closed yet (asked for with --open-month): never numbered",
+    )
+
+
+class InvoiceLine(Base):
+    """One line of a billing document. Amount = quantity x unit price / 1M, half-up to cents."""
+
+    __tablename__ = "invoice_lines"
+
+    invoice_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("invoices.invoice_id", ondelete="RESTRICT"), primary_key=True
+    )
+    line_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    line_type: Mapped[str] = mapped_column(
+        String(16), comment="plan_fee | included_usage | overage_usage | adjustment"
+    )
+    adjusted_type: Mapped[str | None] = mapped_column(
+        String(16), comment="adjustment lines: the line type whose difference they carry"
+    )
+    model: Mapped[str | None] = mapped_column(String(100))
+    speed_tier: Mapped[str | None] = mapped_column(String(16))
+    token_kind: Mapped[str | None] = mapped_column(String(16))
+    description: Mapped[str] = mapped_column(String(400))
+    quantity: Mapped[int] = mapped_column(comment="tokens; active days for plan_fee")
+    unit_price: Mapped[Decimal] = mapped_column(
+        Numeric(20, 6), comment="per 1M tokens; the monthly fee for plan_fee"
+    )
+    amount: Mapped[Decimal] = mapped_column(Numeric(20, 2))
+
+
+class InvoiceCounter(Base):
+    """The last invoice number given out per period: locked by the finalizer (gapless numbering)."""
+
+    __tablename__ = "invoice_counters"
+
+    period: Mapped[str] = mapped_column(String(7), primary_key=True)
+    last_number: Mapped[int]

@@ -1,0 +1,112 @@
+"""Warehouse tables of operations: accounts and their plans, ingest runs, the lake binding, step locks, the
+recompute queue and the data-quality results and acceptances.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    String,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from schemas.warehouse.base import Base
+
+
+class Account(Base):
+    """One row per account and plan period (dates inclusive; active_until null = open)."""
+
+    __tablename__ = "accounts"
+
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    active_from: Mapped[dt.date] = mapped_column(primary_key=True)
+    active_until: Mapped[dt.date | None]
+    plan: Mapped[str | None] = mapped_column(String(64), comment="null = pay as you go")
+    timezone: Mapped[str] = mapped_column(String(64), comment="IANA zone name")
+
+
+class IngestRun(Base):
+    """One row per ingest run and landing date: what was read and where every row went."""
+
+    __tablename__ = "ingest_runs"
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    landing_date: Mapped[dt.date] = mapped_column(primary_key=True)
+    started_at: Mapped[dt.datetime]
+    finished_at: Mapped[dt.datetime]
+    files: Mapped[int] = mapped_column(comment="files found in the landing folder")
+    rows_read: Mapped[int]
+    clean: Mapped[int] = mapped_column(comment="rows added to the lake")
+    quarantined: Mapped[int]
+    duplicates: Mapped[int] = mapped_column(comment="identical resends of an event already kept")
+    quarantined_by_reason: Mapped[dict] = mapped_column(comment="reason code -> rows")
+    late_rows: Mapped[dict] = mapped_column(
+        comment="event date (ISO) -> clean rows, for dates before landing"
+    )
+    status: Mapped[str] = mapped_column(String(16))
+
+
+class LakeBinding(Base):
+    """Which lake the warehouse is built from: one row per binding, the newest in force. The first
+    step that finds the warehouse unbound binds it to its lake; ``usage-billing lake rebind`` records
+    each deliberate move (who, when, why, from where). Every step that reads or writes the lake
+    refuses a lake whose identity (``_lake.json``'s ``lake_id``) or location differs."""
+
+    __tablename__ = "lake_bindings"
+
+    bound_at: Mapped[dt.datetime] = mapped_column(primary_key=True)
+    lake_id: Mapped[str] = mapped_column(String(36), comment="uuid in the lake's _lake.json")
+    lake_path: Mapped[str] = mapped_column(String(2000), comment="the lake root, absolute for a local lake")
+    bound_by: Mapped[str] = mapped_column(String(200), comment="user@host and the command")
+    reason: Mapped[str] = mapped_column(String(1000))
+
+
+class PipelineLock(Base):
+    """One row per named step lock. A run holds its lock as a row lock (SELECT ... FOR UPDATE NOWAIT)
+    on PostgreSQL: only roles with UPDATE on this table (the pipeline's own) can take or hold one,
+    unlike advisory locks, which any role can take. SQLite uses file locks beside the database."""
+
+    __tablename__ = "pipeline_locks"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+
+
+class RecomputeQueue(Base):
+    """Event dates whose lake partition an ingest run changed and whose downstream steps (aggregate,
+    meter) have not yet run since. Written in the ingest run's transaction; ``run-day`` and the daily
+    DAG process every queued date and remove exactly the (day, run) rows they processed, so a run
+    killed between ingest and aggregate leaves its dates here for the next one."""
+
+    __tablename__ = "recompute_queue"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    queued_at: Mapped[dt.datetime]
+
+
+class DqResult(Base):
+    """The latest data-quality result of each check on each clean partition (UTC event date)."""
+
+    __tablename__ = "dq_results"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    check_name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    level: Mapped[str] = mapped_column(String(8), comment="error (stops downstream) | warn (reports)")
+    success: Mapped[bool]
+    observed: Mapped[str | None] = mapped_column(String(400), comment="observed value or unexpected count")
+    details: Mapped[dict] = mapped_column(comment="expectation kwargs and result summary")
+    checked_at: Mapped[dt.datetime]
+
+
+class DqAcceptance(Base):
+    """An operator's acceptance of a failed gate for one date: downstream steps may run."""
+
+    __tablename__ = "dq_acceptances"
+
+    day: Mapped[dt.date] = mapped_column(primary_key=True)
+    accepted_at: Mapped[dt.datetime] = mapped_column(primary_key=True)
+    accepted_by: Mapped[str] = mapped_column(String(100))
+    reason: Mapped[str] = mapped_column(String(1000))
+    failed_checks: Mapped[dict] = mapped_column(comment="the failed error-level checks that were accepted")
