@@ -19,9 +19,10 @@ what was drawn from it, within its allowance. A failed check stops the run; noth
 
 Shape (runner-portable, like ingest): read row groups, attach plan and local day, spill by account
 shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
-(vectorized), stage the outputs; the driver loads them in one transaction and joins each local
-day's allocation records and kept balances (spilled per shard) into one file of that day's
-partition.
+(vectorized): the composite ``MeterQuota`` returns each shard's billable usage, day bridge and pool
+balances, which ``run`` stages (``StageMetered``); the driver loads them in one transaction
+(``store.load_warehouse``) and joins each local day's allocation records and kept balances (spilled
+per shard) into one file of that day's partition (``store.commit_lake``).
 
 Starting from balances: every run also leaves, for the dates where a later run can start
 (``state_dates``), each open balance key's state at the end of that day (lake ``pool_state/date=D``)
@@ -152,7 +153,9 @@ class SpillState(beam.DoFn):
 
 
 class AllocateShard(beam.DoFn):
-    """All events of a shard's accounts -> staged billable usage, pool balances and allocation records."""
+    """All events of a shard's accounts -> (kind, shard, table) for its billable usage, its local x UTC
+    day tokens and its pool balances; its allocation records and kept balances (one per event and
+    per day, too many to travel through the pipeline) are spilled to the stage by local day."""
 
     def __init__(
         self,
@@ -184,22 +187,22 @@ class AllocateShard(beam.DoFn):
             pc.greater_equal(day, pa.scalar(self.first, pa.date32())),
             pc.less_equal(day, pa.scalar(self.last, pa.date32())),
         )
-        name = f"shard-{shard:04d}.parquet"
-        lake.write_parquet(
-            lake.join(self.stage_root, "billable", name),
+        yield (
+            "billable",
+            shard,
             billable_rows(events, result.included, result.overage, in_range, self.catalog),
         )
-        lake.write_parquet(
-            lake.join(self.stage_root, "metered_days", name),
-            metered_days(events, result.included, result.overage, in_range),
+        yield "metered_days", shard, metered_days(events, result.included, result.overage, in_range)
+        yield (
+            "pools",
+            shard,
+            result.pools.filter(
+                pc.and_(
+                    pc.greater_equal(result.pools["period_end"], pa.scalar(self.first, pa.date32())),
+                    pc.less_equal(result.pools["period_start"], pa.scalar(self.last, pa.date32())),
+                )
+            ),
         )
-        pools = result.pools.filter(
-            pc.and_(
-                pc.greater_equal(result.pools["period_end"], pa.scalar(self.first, pa.date32())),
-                pc.less_equal(result.pools["period_start"], pa.scalar(self.last, pa.date32())),
-            )
-        )
-        lake.write_parquet(lake.join(self.stage_root, "pools", name), pools)
         draws = result.draws
         idx = draws["event_index"]
         records = pa.table(
@@ -227,10 +230,24 @@ class AllocateShard(beam.DoFn):
                 lake.join(self.stage_root, STATE_SPILL),
                 f"shard-{shard:04d}",
             )
-        yield shard
+
+
+class StageShardTable(beam.DoFn):
+    """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN.parquet``, what the driver loads."""
+
+    def __init__(self, stage_root: str) -> None:
+        self.stage_root = stage_root
+
+    def process(self, element):  # type: ignore[no-untyped-def]
+        kind, shard, table = element
+        lake.write_parquet(lake.join(self.stage_root, kind, f"shard-{shard:04d}.parquet"), table)
 
 
 class MeterQuota(beam.PTransform):
+    """Read units of lake events (and stored balances to start from) -> per account shard, (kind,
+    shard, table) for its billable usage ("billable"), local x UTC day tokens ("metered_days") and
+    pool balances ("pools"); the caller stages them (``StageShardTable``) and loads them."""
+
     def __init__(
         self,
         catalog: Catalog,
@@ -318,7 +335,7 @@ def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # t
         units = lake.row_group_units(files)
         began = time.perf_counter()
         with run_pipeline(options) as p:
-            _ = (
+            metered = (
                 p
                 | "ReadUnits" >> beam.Create(units)
                 | "MeterQuota"
@@ -333,6 +350,7 @@ def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # t
                     frozenset(new_stamps),
                 )
             )
+            _ = metered | "StageMetered" >> beam.ParDo(StageShardTable(stage))
         seconds["pipeline"] = time.perf_counter() - began
         began = time.perf_counter()
         counts = load_warehouse(engine, catalog, stage, dates, run_id, started)
