@@ -7,7 +7,7 @@ the catalog's plans, several timezones), then `usage-billing quota meter --from 
 a separate process, with one thread, two threads (the default) and two worker processes: read the
 lake, attach plans and local days, shard by account, allocate every pool with cumulative sums, write
 the allocation records to the lake and load pool_usage, billable_usage and metered_days into SQLite. The reference
-(`tests/test_quota.py::reference`, one event at a time in plain Python) runs on a sample in memory.
+(`tests/billing/test_quota.py::reference`, one event at a time in plain Python) runs on a sample in memory.
 Target (issue 5): at least 2M events/s at 10M events; peak memory bounded by the largest account.
 """
 
@@ -155,7 +155,7 @@ def _reference(root: Path, n: int) -> float:
     from billing.plan import attach_accounts
     from pipelines.warehouse.accounts import parse_accounts
     from schemas.catalog import load_catalog
-    from tests.test_quota import reference
+    from tests.billing.test_quota import reference
 
     catalog = load_catalog(ROOT / "config" / "catalog.toml")
     accounts = pa.Table.from_pylist([r.__dict__ for r in parse_accounts(root / "accounts.csv", catalog)])

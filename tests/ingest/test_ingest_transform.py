@@ -1,12 +1,10 @@
-"""The ingest stage's composite on TestPipeline: IngestEvents over a real landing file, and its stats CombineFn."""
+"""The ingest composite on TestPipeline: IngestEvents over a real landing file, and its stats CombineFn."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import apache_beam as beam
-import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -16,9 +14,7 @@ from pipelines.ingest.events import IngestEvents
 from pipelines.ingest.stats import MergeStats
 from pipelines.ingest.units import ReadUnit
 from pipelines.ingest.validate import Rules
-from pipelines.usage.aggregate import CombineDayPartials, DailyUsage
-from pipelines.usage.partials import partial_usage
-from schemas.events import LAKE_SCHEMA
+
 OPTIONS = ["--runner=FnApiRunner"]
 
 
@@ -86,4 +82,3 @@ def test_merge_stats_adds_nested_counts():
         [acc, fn.add_input(fn.create_accumulator(), {"rows_read": 3, "quarantined": {"x": 2, "y": 1}})]
     )
     assert acc["rows_read"] == 5 and acc["quarantined"] == {"x": 3, "y": 1}
-

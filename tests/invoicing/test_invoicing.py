@@ -32,8 +32,8 @@ from pipelines.warehouse.engine import make_engine, upgrade
 from pipelines.warehouse.locks import LockBusy
 from schemas.catalog import parse_catalog
 from schemas.warehouse import Account, Invoice, InvoiceLine
+from tests.billing.test_quota import reference
 from tests.conftest import CATALOG_PATH, close_month, small_dates
-from tests.test_quota import reference
 
 MONTH = "2026-03"
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ import pytest
 from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine, upgrade
 from tests.conftest import CATALOG_PATH, close_month
-from tests.test_faults import DAY1, DAY2, cli, lake_state, ok
+from tests.runtime.test_faults import DAY1, DAY2, cli, lake_state, ok
 
 pytestmark = pytest.mark.slow
 

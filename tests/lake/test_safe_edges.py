@@ -341,7 +341,7 @@ def test_a_parquet_file_replaced_after_the_listing_is_read_again_whole(sqlite_se
     import pyarrow.parquet as pq
 
     from tests.data.bad.corpus import event
-    from tests.test_faults import _paused
+    from tests.runtime.test_faults import _paused
 
     s = sqlite_settings
     day = "2026-03-04"
@@ -421,7 +421,7 @@ def test_version(capsys):
 
 @pytest.mark.postgres
 def test_a_statement_timeout_ends_with_one_line_and_a_rollback(postgres_settings):
-    from tests.test_faults import cli, ok
+    from tests.runtime.test_faults import cli, ok
 
     s = postgres_settings
     ok(s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))
@@ -442,7 +442,7 @@ def test_a_statement_timeout_ends_with_one_line_and_a_rollback(postgres_settings
 
 
 def test_a_warehouse_file_removed_during_a_run_is_not_reported_as_success(sqlite_settings, tmp_path):
-    from tests.test_faults import _paused, ok
+    from tests.runtime.test_faults import _paused, ok
 
     s = sqlite_settings
     ok(s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))

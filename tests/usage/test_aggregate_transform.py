@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.ingest.events import IngestEvents
-from pipelines.ingest.stats import MergeStats
-from pipelines.ingest.units import ReadUnit
-from pipelines.ingest.validate import Rules
 from pipelines.usage.aggregate import CombineDayPartials, DailyUsage
 from pipelines.usage.partials import partial_usage
 from schemas.events import LAKE_SCHEMA
+
 OPTIONS = ["--runner=FnApiRunner"]
 
 
@@ -125,5 +120,3 @@ def test_combine_fn_merges_partials_in_any_grouping():
     assert (
         merged.usage.filter(pa.compute.equal(merged.usage["account_id"], "a")).to_pylist()[0]["requests"] == 2
     )
-
-

@@ -23,7 +23,7 @@ from pipelines import lake
 from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine
 from tests.conftest import CATALOG_PATH, close_month
-from tests.test_faults import cli
+from tests.runtime.test_faults import cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
