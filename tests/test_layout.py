@@ -69,3 +69,30 @@ def test_only_settings_reads_the_environment():
                 readers.append(rel)
     # the fault hook reads its own two test-only variables
     assert sorted(readers) == ["pipelines/runtime/faults.py", "pipelines/settings.py"]
+
+
+def test_no_module_over_400_lines():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 400
+    }
+    assert long == {}
+
+
+def test_pipelines_holds_only_stage_packages_and_the_three_entry_modules():
+    loose = sorted(p.name for p in (ROOT / "pipelines").glob("*.py"))
+    assert loose == ["__init__.py", "cli.py", "errors.py", "settings.py"]
+    stages = sorted(p.name for p in (ROOT / "pipelines").iterdir() if (p / "__init__.py").exists())
+    assert stages == [
+        "adoption",
+        "ingest",
+        "invoicing",
+        "jobs",
+        "lake",
+        "quota",
+        "runtime",
+        "usage",
+        "warehouse",
+    ]
