@@ -48,7 +48,7 @@ def committed_quarantine(lake_root: str, day: dt.date) -> pa.Table:
     )
 
 
-def _other_files_quarantine(lake_root: str, day: dt.date, units: list[ReadUnit]) -> pa.Table:
+def other_files_quarantine(lake_root: str, day: dt.date, units: list[ReadUnit]) -> pa.Table:
     """The landing date's quarantine rows of files this run did not read: a rerun with fewer files (a
     landing folder partly restored, another landing root by mistake) replaces only what it read."""
     old = committed_quarantine(lake_root, day)
@@ -60,7 +60,7 @@ def _other_files_quarantine(lake_root: str, day: dt.date, units: list[ReadUnit])
     return old.filter(pc.invert(pc.is_in(old["source_file"], value_set=read))).cast(QUARANTINE_SCHEMA)
 
 
-def _finish(lake_root: str, engine: Engine, stage: str, journal: dict) -> None:
+def finish(lake_root: str, engine: Engine, stage: str, journal: dict) -> None:
     """Swap in every staged partition still in staging, then write the run's warehouse rows.
 
     Idempotent: a partition already swapped is no longer in staging, and the warehouse rows are
@@ -123,14 +123,14 @@ def recover_runs(lake_root: str, engine: Engine) -> list[dt.date]:
         if lake.exists(lake.join(stage, JOURNAL)):
             journal = lake.read_json(lake.join(stage, JOURNAL))
             log.warning("finishing the commit of ingest run %s, which stopped part way", journal["run_id"])
-            _finish(lake_root, engine, stage, journal)  # type: ignore[arg-type]
+            finish(lake_root, engine, stage, journal)  # type: ignore[arg-type]
             changed.update(dt.date.fromisoformat(d) for d in journal["changed_dates"])  # type: ignore[index]
         else:
             lake.discard(stage)
     return sorted(changed)
 
 
-def _collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
+def collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
     stats = {}
     for day in dates:
         path = lake.join(stage, "stats", f"{day.isoformat()}.json")
@@ -139,7 +139,7 @@ def _collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
     return IngestResult(run_id, stats, changed)
 
 
-def _check_conservation(result: IngestResult) -> None:
+def check_conservation(result: IngestResult) -> None:
     for day, s in sorted(result.stats.items()):
         accounted = s["clean"] + sum(s["quarantined"].values()) + s["duplicates"]
         if accounted != s["rows_read"]:

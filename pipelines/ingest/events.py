@@ -30,10 +30,10 @@ from pipelines.ingest.commit import (
     JOURNAL,
     STEP,
     IngestResult,
-    _check_conservation,
-    _collect,
-    _finish,
-    _other_files_quarantine,
+    check_conservation,
+    collect,
+    finish,
+    other_files_quarantine,
     recover_runs,
 )
 from pipelines.ingest.dedup import (
@@ -355,11 +355,11 @@ def _ingest(
             )
             _ = ingested["quarantine"] | "StageQuarantine" >> beam.ParDo(StageQuarantine(stage))
             _ = ingested["stats"] | "StageStats" >> beam.ParDo(StageStats(stage))
-        result = _collect(run_id, stage, dates)
-        _check_conservation(result)
+        result = collect(run_id, stage, dates)
+        check_conservation(result)
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
             staged = lake.partition(stage, lake.QUARANTINE, day)
-            carried = kept[day] if day in kept else _other_files_quarantine(opts.lake, day, units)
+            carried = kept[day] if day in kept else other_files_quarantine(opts.lake, day, units)
             if carried.num_rows:  # rows of files this run did not read (or a replay did not take) stay
                 lake.write_parquet(lake.join(staged, "kept.parquet"), carried)
             if not lake.folder_exists(staged):
@@ -377,7 +377,7 @@ def _ingest(
     except BaseException:
         lake.discard(stage)
         raise
-    _finish(opts.lake, engine, stage, journal)
+    finish(opts.lake, engine, stage, journal)
     return result
 
 

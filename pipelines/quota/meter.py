@@ -58,13 +58,13 @@ from pipelines.quota.store import (
     ALLOCATION_SPILL,
     STATE_SPILL,
     StateStamps,
-    _spill_days,
     commit_lake,
     dependent_days,
     load_warehouse,
     read_window,
     shard_count,
     spill_by_account,
+    spill_days,
     state_dates,
     usable_state,
 )
@@ -217,7 +217,7 @@ class AllocateShard(beam.DoFn):
                 "tokens": draws["tokens"],
             }
         ).filter(in_range.take(idx))
-        _spill_days(
+        spill_days(
             records.cast(ALLOCATION_SCHEMA),
             lake.join(self.stage_root, ALLOCATION_SPILL),
             f"shard-{shard:04d}",
@@ -225,7 +225,7 @@ class AllocateShard(beam.DoFn):
         if self.state_days:
             states = balances_at(result.balances, self.first, max(self.state_days))
             keep = pc.is_in(states["local_day"], value_set=pa.array(sorted(self.state_days), pa.date32()))
-            _spill_days(
+            spill_days(
                 states.filter(keep).cast(BALANCE_SCHEMA),
                 lake.join(self.stage_root, STATE_SPILL),
                 f"shard-{shard:04d}",

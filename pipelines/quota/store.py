@@ -81,7 +81,7 @@ STATE_SPILL = "_pool_state"  # per shard: the kept balances, the same way
 ROWS_PER_GROUP = 256 * 1024  # allocation records per row group of a day's file
 
 
-def _spill_days(rows: pa.Table, folder: str, name: str) -> None:
+def spill_days(rows: pa.Table, folder: str, name: str) -> None:
     """A shard's rows, sorted by local day, as one Arrow IPC file with a batch range per day, and a
     sidecar naming each day's range: the driver joins every shard's day into one file of its own."""
     if rows.num_rows == 0:
@@ -106,7 +106,7 @@ def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.
 
 
 def _join_spilled(stage: str, spill: str, dataset: str, schema: pa.Schema, days: list[dt.date]) -> int:
-    """Each day's rows of every shard's spill (``_spill_days``) as one staged file of the day's
+    """Each day's rows of every shard's spill (``spill_days``) as one staged file of the day's
     partition (``part-0000.parquet``), row groups of ``ROWS_PER_GROUP``: not one small file per shard
     and day (metering 10M events over 28 days wrote 100 per day). The driver holds one row group at a
     time. A day without rows gets no file. Returns the rows."""

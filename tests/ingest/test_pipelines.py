@@ -224,14 +224,14 @@ def test_a_missing_landing_folder_is_a_clear_error(sqlite_settings):
 def test_broken_conservation_fails_loudly_and_commits_nothing(sqlite_settings, monkeypatch):
     from pipelines.errors import DataQualityError
 
-    real = ingest._collect
+    real = ingest.collect
 
     def lossy(run_id, stage, dates):  # type: ignore[no-untyped-def]
         result = real(run_id, stage, dates)
         result.stats[dates[0].isoformat()]["clean"] -= 1  # one row unaccounted for
         return result
 
-    monkeypatch.setattr(ingest, "_collect", lossy)
+    monkeypatch.setattr(ingest, "collect", lossy)
     day = small_dates()[0]
     with pytest.raises(
         DataQualityError, match=f"conservation broken for landing {day}: read .* nothing was committed"
