@@ -75,20 +75,21 @@ class Settings:
 
 def lock_wait() -> float:
     """Seconds a step waits for a lock another run holds (``USAGE_BILLING_LOCK_WAIT``, default 0)."""
-    raw = os.environ.get("USAGE_BILLING_LOCK_WAIT", "0")
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        raise UsageBillingError(f"USAGE_BILLING_LOCK_WAIT must be a number of seconds, got {raw!r}") from None
+    return _at_least_zero("USAGE_BILLING_LOCK_WAIT", "0", float, "a number of seconds")
 
 
 def dag_retries() -> int:
     """How often an Airflow task is retried (``USAGE_BILLING_DAG_RETRIES``, default 2; the tests set 0)."""
-    raw = os.environ.get("USAGE_BILLING_DAG_RETRIES", "2")
+    return _at_least_zero("USAGE_BILLING_DAG_RETRIES", "2", int, "a whole number")
+
+
+def _at_least_zero(name: str, default: str, kind: type[int] | type[float], what: str):  # type: ignore[no-untyped-def]
+    """The number in environment variable ``name`` (negative counts as 0); a non-number is one line."""
+    raw = os.environ.get(name, default)
     try:
-        return max(0, int(raw))
+        return max(kind(0), kind(raw))
     except ValueError:
-        raise UsageBillingError(f"USAGE_BILLING_DAG_RETRIES must be a whole number, got {raw!r}") from None
+        raise UsageBillingError(f"{name} must be {what}, got {raw!r}") from None
 
 
 def quiet_great_expectations() -> None:
