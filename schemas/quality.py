@@ -1,9 +1,14 @@
 """The data-quality suite for a clean lake partition, defined next to the event schema it protects.
 
-Each check is a great-expectations (GX 1.x) expectation with a stable name and a level: ``error``
-(GX severity critical: a failure stops the downstream steps for that date until an operator accepts
-it) or ``warn`` (reported only). Volume is checked against the same weekday's trailing median; its
-bounds are suite parameters filled in per date.
+Each check is a great-expectations (GX 1.x) expectation with a stable name, a level, and the words a
+data-quality page shows for what passing means. ``error`` (GX severity critical): a failure stops the
+downstream steps for that date until an operator accepts it; ``warn``: reported only.
+
+Two scopes. ``rows`` checks look at the partition's events, one value at a time (or, for uniqueness,
+at the whole partition). ``profile`` checks look at the partition as a whole: its row count against
+the same weekday's trailing median, and the shares of rows with a duration and of successful
+requests. Those are judged on the partitions' profile, one row per partition with the columns of
+``PROFILE_COLUMNS``, so that one GX run judges many partitions at once.
 """
 
 from __future__ import annotations
@@ -13,7 +18,12 @@ from dataclasses import dataclass, field
 from schemas.events import REQUIRED_FIELDS, SPEED_TIERS, STATUSES, TOKEN_FIELDS
 
 SUITE_NAME = "usage_events_partition"
-VOLUME_MIN, VOLUME_MAX = "volume_min_rows", "volume_max_rows"
+PROFILE_SUITE_NAME = "usage_events_partition_profile"
+# The profile row of a partition: rows over the median of the same weekday's previous partitions
+# (null: too little history, not judged), share of rows with a duration, share of status "ok".
+RATIO_TO_MEDIAN, DURATION_SHARE, OK_SHARE = "rows_to_median", "duration_share", "ok_share"
+PROFILE_COLUMNS = (RATIO_TO_MEDIAN, DURATION_SHARE, OK_SHARE)
+VOLUME_CHECK = "volume_vs_same_weekday"
 
 
 @dataclass(frozen=True)
@@ -22,62 +32,81 @@ class Check:
     expectation: str  # GX expectation class name
     kwargs: dict = field(default_factory=dict)
     level: str = "error"  # error | warn
+    scope: str = "rows"  # rows | profile
+    expected: str = ""  # what passing means, as a page says it
+    row_local: bool = True  # a row's outcome depends on that row alone (not so for uniqueness)
 
 
-def partition_checks(models: list[str], max_tokens_per_event: int) -> list[Check]:
-    checks = [Check("event_id_unique", "ExpectColumnValuesToBeUnique", {"column": "event_id"})]
-    checks += [
-        Check(f"{c}_not_null", "ExpectColumnValuesToNotBeNull", {"column": c}) for c in REQUIRED_FIELDS
+def partition_checks(models: list[str], max_tokens_per_event: int, volume_factor: float = 3.0) -> list[Check]:
+    checks = [
+        Check(
+            "event_id_unique",
+            "ExpectColumnValuesToBeUnique",
+            {"column": "event_id"},
+            expected="no event_id twice in the partition",
+            row_local=False,
+        )
     ]
     checks += [
-        Check("model_known", "ExpectColumnValuesToBeInSet", {"column": "model", "value_set": sorted(models)}),
-        Check(
-            "speed_tier_accepted",
-            "ExpectColumnValuesToBeInSet",
-            {"column": "speed_tier", "value_set": list(SPEED_TIERS)},
-        ),
-        Check(
-            "status_accepted",
-            "ExpectColumnValuesToBeInSet",
-            {"column": "status", "value_set": list(STATUSES)},
-        ),
+        Check(f"{c}_not_null", "ExpectColumnValuesToNotBeNull", {"column": c}, expected=f"every row has {c}")
+        for c in REQUIRED_FIELDS
     ]
+    for name, column, values in (
+        ("model_known", "model", sorted(models)),
+        ("speed_tier_accepted", "speed_tier", list(SPEED_TIERS)),
+        ("status_accepted", "status", list(STATUSES)),
+    ):
+        checks.append(
+            Check(
+                name,
+                "ExpectColumnValuesToBeInSet",
+                {"column": column, "value_set": values},
+                expected=f"{column} is one of {', '.join(values)}",
+            )
+        )
     checks += [
         Check(
             f"{c}_in_range",
             "ExpectColumnValuesToBeBetween",
             {"column": c, "min_value": 0, "max_value": max_tokens_per_event},
+            expected=f"{c} between 0 and {max_tokens_per_event:,}",
         )
         for c in TOKEN_FIELDS
     ]
     checks += [
         Check(
-            "volume_vs_same_weekday",
-            "ExpectTableRowCountToBeBetween",
-            {"min_value": {"$PARAMETER": VOLUME_MIN}, "max_value": {"$PARAMETER": VOLUME_MAX}},
+            VOLUME_CHECK,
+            "ExpectColumnValuesToBeBetween",
+            {"column": RATIO_TO_MEDIAN, "min_value": 1 / volume_factor, "max_value": volume_factor},
+            scope="profile",
+            expected=f"rows within {volume_factor:g}x of the same weekday's median over the previous weeks",
         ),
         Check(
             "duration_mostly_present",
-            "ExpectColumnValuesToNotBeNull",
-            {"column": "duration_ms", "mostly": 0.8},
+            "ExpectColumnValuesToBeBetween",
+            {"column": DURATION_SHARE, "min_value": 0.8},
             level="warn",
+            scope="profile",
+            expected="at least 80% of rows have duration_ms",
         ),
         Check(
             "errors_below_10_percent",
-            "ExpectColumnValuesToBeInSet",
-            {"column": "status", "value_set": ["ok"], "mostly": 0.9},
+            "ExpectColumnValuesToBeBetween",
+            {"column": OK_SHARE, "min_value": 0.9},
             level="warn",
+            scope="profile",
+            expected="at least 90% of rows have status ok",
         ),
     ]
     return checks
 
 
-def build_suite(checks: list[Check]):  # type: ignore[no-untyped-def]
+def build_suite(checks: list[Check], name: str = SUITE_NAME):  # type: ignore[no-untyped-def]
     """The GX ExpectationSuite for ``checks`` (GX is imported here: it takes seconds to import)."""
     import great_expectations as gx
     from great_expectations.expectations.metadata_types import FailureSeverity
 
-    suite = gx.ExpectationSuite(name=SUITE_NAME)
+    suite = gx.ExpectationSuite(name=name)
     for check in checks:
         cls = getattr(gx.expectations, check.expectation)
         severity = FailureSeverity.CRITICAL if check.level == "error" else FailureSeverity.WARNING

@@ -1,11 +1,13 @@
-"""The data-quality gate: the GX suite of ``schemas/quality.py`` on each clean lake partition.
+"""The data-quality gate: the GX suite of ``schemas/quality.py`` on clean lake partitions.
 
     usage-billing dq check --date 2026-03-02
     usage-billing dq accept --date 2026-03-02 --reason "provider outage, volume drop confirmed"
 
-Results replace that date's rows in ``dq_results`` and are rendered as ``<lake>/dq/date=D/index.html``.
-A failed error-level check blocks the date's downstream steps until an operator accepts it; the
-acceptance is recorded in ``dq_acceptances`` with who, when, why and what was accepted.
+Results replace each date's rows in ``dq_results`` and are rendered as ``<lake>/dq/date=D/index.html``,
+with ``<lake>/dq/index.html`` listing every date (``pipelines.ingest.quality_pages``). A failed
+error-level check blocks the date's downstream steps until an operator accepts it; the acceptance
+is recorded in ``dq_acceptances`` with who, when, why and what was accepted.
+The suite runs in ``quality_gx``, many partitions per GX run.
 """
 
 from __future__ import annotations
@@ -13,161 +15,94 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as dt
 import getpass
-import html
-import json
-import math
 import multiprocessing
 import os
-import statistics
-from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Engine, delete, insert, select
 
 from pipelines import lake
 from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.ingest.quality_gx import (
+    BATCH_ROWS,
+    DEFAULT_VOLUME_FACTOR,
+    PROFILE_SOURCE_COLUMNS,
+    ROW_COLUMNS,
+    CheckOutcome,
+    Gate,
+    Part,
+    PartitionReport,
+    history,
+)
 from pipelines.runtime import faults
 from pipelines.runtime.logs import quiet
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
-from schemas.events import EVENT_SCHEMA
-from schemas.quality import SUITE_NAME, VOLUME_MAX, VOLUME_MIN, Check, build_suite, partition_checks
 from schemas.warehouse import DqAcceptance, DqResult
 
-DEFAULT_VOLUME_FACTOR = 3.0
+__all__ = ["CheckOutcome", "Gate", "PartitionReport", "accept", "check_partitions", "require_passed"]
+
 DEFAULT_VOLUME_WEEKS = 4
-MIN_HISTORY = 2  # same-weekday partitions needed before volume is judged
-
-
-@dataclass
-class CheckOutcome:
-    check: Check
-    success: bool
-    observed: str | None
-    details: dict
-
-
-@dataclass
-class PartitionReport:
-    day: dt.date
-    rows: int
-    outcomes: list[CheckOutcome] = field(default_factory=list)
-    accepted: bool = False
-
-    @property
-    def failed_errors(self) -> list[str]:
-        return [o.check.name for o in self.outcomes if o.check.level == "error" and not o.success]
-
-    @property
-    def blocked(self) -> bool:
-        return bool(self.failed_errors) and not self.accepted
-
-
-def partition_rows(lake_root: str, day: dt.date) -> int:
-    """Rows of a committed partition, from the Parquet footers (no data read)."""
-    files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
-    return sum(lake.open_parquet(f).metadata.num_rows for f in files)
-
-
-def volume_bounds(lake_root: str, day: dt.date, factor: float, weeks: int) -> tuple[float, float] | None:
-    """(min, max) rows: the trailing median of the same weekday divided / multiplied by ``factor``."""
-    history = []
-    for k in range(1, weeks + 1):
-        past = day - dt.timedelta(days=7 * k)
-        if lake.list_files(lake.partition(lake_root, lake.EVENTS, past)):
-            history.append(partition_rows(lake_root, past))
-    if len(history) < MIN_HISTORY:
-        return None
-    median = statistics.median(history)
-    return median / factor, median * factor
-
-
-class Gate:
-    """One GX context and validation definition, reused for every date of a run."""
-
-    def __init__(self, catalog: Catalog, max_tokens_per_event: int = 10_000_000) -> None:
-        from pipelines.settings import quiet_great_expectations
-
-        quiet_great_expectations()
-        import great_expectations as gx
-
-        self.checks = partition_checks(catalog.model_ids, max_tokens_per_event)
-        self.by_name = {c.name: c for c in self.checks}
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-
-        ctx = gx.get_context(mode="ephemeral")
-        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        batch = (
-            ctx.data_sources.add_pandas("lake")
-            .add_dataframe_asset("partition")
-            .add_batch_definition_whole_dataframe("all")
-        )
-        suite = ctx.suites.add(build_suite(self.checks))
-        self.definition = ctx.validation_definitions.add(
-            gx.ValidationDefinition(name=SUITE_NAME, data=batch, suite=suite)
-        )
-
-    def validate(self, table: pa.Table, day: dt.date, bounds: tuple[float, float] | None) -> PartitionReport:
-        frame = table.select(list(EVENT_SCHEMA.names)).to_pandas()
-        params = (
-            {VOLUME_MIN: bounds[0], VOLUME_MAX: bounds[1]} if bounds else {VOLUME_MIN: 0, VOLUME_MAX: None}
-        )
-        result = self.definition.run(
-            batch_parameters={"dataframe": frame}, expectation_parameters=params, result_format="SUMMARY"
-        )
-        report = PartitionReport(day, table.num_rows)
-        for r in result.results:
-            check = self.by_name[r.expectation_config.meta["check"]]
-            summary = r.result or {}
-            observed = summary.get("observed_value", summary.get("unexpected_count"))
-            if check.name == "volume_vs_same_weekday" and bounds is None:
-                observed = f"{table.num_rows} rows (no same-weekday history yet: not judged)"
-            details = _plain(
-                {
-                    "kwargs": check.kwargs,
-                    "bounds": bounds,
-                    "unexpected_percent": summary.get("unexpected_percent"),
-                    "partial_unexpected_list": summary.get("partial_unexpected_list", [])[:5],
-                }
-            )
-            report.outcomes.append(
-                CheckOutcome(
-                    check, bool(r.success), None if observed is None else str(observed)[:400], details
-                )
-            )
-        return report
-
-
-def _plain(value: object) -> object:
-    """JSON-safe: strict JSON has no NaN or infinity (PostgreSQL refuses them), so they become null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    return _plain(json.loads(json.dumps(value, default=str)))
+COLUMNS = sorted({*ROW_COLUMNS, *PROFILE_SOURCE_COLUMNS})
 
 
 PARALLEL_WORKERS = 2
-PARALLEL_MIN_DATES = 16  # below this, starting a second process costs more than it saves
+PARALLEL_MIN_ROWS = 4 * BATCH_ROWS  # below this, starting a second process costs more than it saves
 
 
-def _validate(
-    lake_root: str, catalog: Catalog, days: list[dt.date], factor: float, weeks: int
-) -> list[PartitionReport]:
-    reports: list[PartitionReport] = []
-    gate: Gate | None = None
+def _batches(lake_root: str, days: list[dt.date], weeks: int) -> list[list[tuple[Part, list[str]]]]:
+    """The committed partitions of ``days`` with their files, in batches of about ``BATCH_ROWS`` rows."""
+    counts: dict[dt.date, int | None] = {}
+    batches: list[list[tuple[Part, list[str]]]] = [[]]
+    size = 0
     for day in days:
         files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
         if not files:
             continue
-        gate = gate or Gate(catalog)
-        table = pa.concat_tables([lake.read_parquet(f) for f in files])
-        reports.append(gate.validate(table, day, volume_bounds(lake_root, day, factor, weeks)))
+        rows = sum(lake.open_parquet(f).metadata.num_rows for f in files)
+        counts[day] = rows
+        if size and size + rows > BATCH_ROWS:
+            batches.append([])
+            size = 0
+        batches[-1].append((Part(day, rows, history(lake_root, day, weeks, counts)), files))
+        size += rows
+    return [b for b in batches if b]
+
+
+def _validate(
+    lake_root: str, catalog: Catalog, batches: list[list[tuple[Part, list[str]]]], factor: float
+) -> list[PartitionReport]:
+
+    reports: list[PartitionReport] = []
+    if not batches:
+        return reports
+    # GX takes seconds to import, in Python; reading the first batch (in Arrow) overlaps it.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(Gate, catalog, factor)
+        for batch in batches:
+            table = _read(batch)
+            reports += starting.result().validate_many(table, [part for part, _ in batch])
     return reports
+
+
+def _read(batch: list[tuple[Part, list[str]]]) -> pa.Table:
+    """The batch's partitions one after the other: one scan of all their files (Arrow reads them in
+    parallel, in the order given), checked to hold each partition's rows where ``parts`` say; else
+    partition by partition."""
+    from schemas.events import EVENT_SCHEMA
+
+    files = [f for _, part_files in batch for f in part_files]
+    table = lake.scan(files, list(COLUMNS), pc.scalar(True), EVENT_SCHEMA)
+    per_part = np.array([p.day for p, _ in batch], dtype="datetime64[D]")
+    days = pa.array(np.repeat(per_part, [p.rows for p, _ in batch]), pa.date32())
+    if (
+        table.num_rows == len(days)
+        and pc.all(pc.equal(pc.cast(table["event_time"], pa.date32()), days)).as_py()
+    ):
+        return table
+    return pa.concat_tables(lake.scan(f, list(COLUMNS), pc.scalar(True), EVENT_SCHEMA) for _, f in batch)
 
 
 def check_partitions(
@@ -179,9 +114,9 @@ def check_partitions(
     factor: float = DEFAULT_VOLUME_FACTOR,
     weeks: int = DEFAULT_VOLUME_WEEKS,
 ) -> list[PartitionReport]:
-    """Validate each date's committed partition, store the results, write the HTML, return reports.
+    """Validate each date's committed partition, store the results, write the pages, return reports.
 
-    Many dates (a backfill, the demo) are split between worker processes, one GX context each.
+    Many rows (a backfill, the demo) are split between worker processes, one GX context each.
     """
     from pipelines.warehouse.binding import require_lake
 
@@ -194,27 +129,28 @@ DQ_LOCK = "data quality"  # every write of dq_results and dq_acceptances holds i
 
 
 def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str, factor: float, weeks: int):  # type: ignore[no-untyped-def]
-    days = sorted(set(dates))
-    workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(days) // PARALLEL_MIN_DATES)
+    from pipelines.ingest import quality_pages
+
+    batches = _batches(lake_root, sorted(set(dates)), weeks)
+    rows = sum(part.rows for batch in batches for part, _ in batch)
+    workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(batches)) if rows >= PARALLEL_MIN_ROWS else 1
     if workers > 1:
-        chunks = [days[i::workers] for i in range(workers)]
+        chunks = [batches[i::workers] for i in range(workers)]
         context = multiprocessing.get_context("spawn")  # no fork of a process that ran Beam's threads
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=quiet) as pool:
             parts = pool.map(
-                _validate,
-                [lake_root] * workers,
-                [catalog] * workers,
-                chunks,
-                [factor] * workers,
-                [weeks] * workers,
+                _validate, [lake_root] * workers, [catalog] * workers, chunks, [factor] * workers
             )
             reports = sorted((r for part in parts for r in part), key=lambda r: r.day)
     else:
-        reports = _validate(lake_root, catalog, days, factor, weeks)
+        reports = _validate(lake_root, catalog, batches, factor)
     _store(engine, reports, run_id)
+    acceptances = _acceptances(engine, [r.day for r in reports])
     for report in reports:
-        report.accepted = bool(report.failed_errors) and _accepted(engine, report.day, report.failed_errors)
-        write_html(lake_root, report)
+        report.acceptances = acceptances.get(report.day, [])
+        report.accepted = bool(report.failed_errors) and _covers(report.acceptances, report.failed_errors)
+        quality_pages.write_page(lake_root, report)
+    quality_pages.write_index(engine, lake_root)
     return reports
 
 
@@ -243,13 +179,29 @@ def _store(engine: Engine, reports: list[PartitionReport], run_id: str) -> None:
             faults.checkpoint("warehouse.load.dq_results")
 
 
-def _accepted(engine: Engine, day: dt.date, failed: list[str]) -> bool:
-    """True if an acceptance for ``day`` covers every currently failing error-level check."""
+def _acceptances(engine: Engine, days: list[dt.date]) -> dict[dt.date, list[dict]]:
+    """Per date, its recorded acceptances (who, when, why, which checks), oldest first."""
     t = DqAcceptance.__table__
+    out: dict[dt.date, list[dict]] = {}
+    wanted = set(days)
     with engine.connect() as conn:
-        rows = conn.execute(select(t.c.failed_checks).where(t.c.day == day)).scalars().all()
-    covered = {name for row in rows for name in row.get("checks", [])}
-    return set(failed) <= covered
+        rows = conn.execute(select(t).order_by(t.c.accepted_at)).all()
+    for row in rows:
+        if row.day in wanted:
+            out.setdefault(row.day, []).append(
+                {
+                    "by": row.accepted_by,
+                    "at": row.accepted_at,
+                    "reason": row.reason,
+                    "checks": list(row.failed_checks.get("checks", [])),
+                }
+            )
+    return out
+
+
+def _covers(acceptances: list[dict], failed: list[str]) -> bool:
+    """True if the acceptances cover every currently failing error-level check."""
+    return set(failed) <= {name for a in acceptances for name in a["checks"]}
 
 
 def accept(engine: Engine, day: dt.date, reason: str, who: str | None = None) -> list[str]:
@@ -290,6 +242,17 @@ def _accept(engine: Engine, day: dt.date, reason: str, who: str | None) -> list[
     return sorted(failed)
 
 
+def accept_and_render(
+    engine: Engine, lake_root: str, day: dt.date, reason: str, who: str | None = None
+) -> list[str]:
+    """``accept``, then the date's page and the index say so (from what is stored)."""
+    from pipelines.ingest import quality_pages
+
+    checks = accept(engine, day, reason, who)
+    quality_pages.render_stored(engine, lake_root, day)
+    return checks
+
+
 def _operator() -> str:
     try:
         return getpass.getuser()
@@ -299,6 +262,8 @@ def _operator() -> str:
 
 def require_passed(reports: list[PartitionReport], lake_root: str) -> None:
     """Raise one clear error naming every blocked date, its failed checks and how to proceed."""
+    from pipelines.ingest.quality_pages import html_path
+
     blocked = [r for r in reports if r.blocked]
     if not blocked:
         return
@@ -309,37 +274,3 @@ def require_passed(reports: list[PartitionReport], lake_root: str) -> None:
         f"{'that date' if len(blocked) == 1 else 'those dates'}; see {html_path(lake_root, first)}; "
         f"to proceed anyway: usage-billing dq accept --date {first} --reason '...'"
     )
-
-
-def html_path(lake_root: str, day: dt.date) -> str:
-    return lake.join(lake_root, "dq", f"date={day}", "index.html")
-
-
-def write_html(lake_root: str, report: PartitionReport) -> None:
-    status = "accepted" if report.accepted else ("FAILED" if report.failed_errors else "passed")
-    rows = "\n".join(
-        f"<tr class='{'ok' if o.success else o.check.level}'><td>{html.escape(o.check.name)}</td>"
-        f"<td>{o.check.level}</td><td>{'pass' if o.success else 'FAIL'}</td>"
-        f"<td>{html.escape(o.observed or '')}</td>"
-        f"<td><code>{html.escape(json.dumps(o.details['kwargs']))}</code></td></tr>"
-        for o in report.outcomes
-    )
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Data quality {report.day}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} tr.error td{{background:#fdd}}
-tr.warn td{{background:#ffe9b3}} .badge{{font-weight:bold}}</style></head>
-<body><h1>Data quality of events, {report.day}</h1>
-<p class="badge">Gate: {status} &middot; {report.rows:,} rows &middot; suite {SUITE_NAME}</p>
-<table><tr><th>check</th><th>level</th><th>result</th><th>observed</th><th>expectation</th></tr>
-{rows}
-</table></body></html>
-"""
-    path = html_path(lake_root, report.day)
-    if lake.is_local(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(page)
-    else:
-        with lake.create_object(path) as handle:
-            handle.write(page.encode())

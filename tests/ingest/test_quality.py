@@ -12,12 +12,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pipelines.errors import DataQualityError
-from pipelines.ingest import quality
+from pipelines.ingest import quality, quality_gx, quality_pages
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import to_json_lines
 from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import DqAcceptance, DqResult, UsageDaily
+from tests.conftest import cli_args
 
 DAY = dt.date(2026, 3, 23)  # a Monday; history on the three Mondays before
 
@@ -65,8 +66,8 @@ def test_clean_partitions_pass_and_results_are_stored_and_rendered(volume_drop):
     assert all(r.success for r in rows if r.level == "error")
     volume = next(r for r in rows if r.check_name == "volume_vs_same_weekday")
     assert "not judged" in volume.observed  # no history before the first Monday
-    page = Path(quality.html_path(volume_drop.lake, first)).read_text()
-    assert "Gate: passed" in page and "event_id_unique" in page
+    page = Path(quality_pages.html_path(volume_drop.lake, first)).read_text()
+    assert 'Gate: <span class="passed">passed</span>' in page and "event_id_unique" in page
 
 
 def test_a_volume_drop_blocks_downstream_until_accepted(volume_drop):
@@ -83,7 +84,7 @@ def test_a_volume_drop_blocks_downstream_until_accepted(volume_drop):
         ).all()
     assert aggregated == []  # the blocked date was not aggregated
     assert [f.check_name for f in failed] == ["volume_vs_same_weekday"]
-    assert "FAILED" in Path(quality.html_path(volume_drop.lake, DAY)).read_text()
+    assert "FAILED" in Path(quality_pages.html_path(volume_drop.lake, DAY)).read_text()
 
     assert quality.accept(engine, DAY, "marketing paused traffic that day", who="oncall") == [
         "volume_vs_same_weekday"
@@ -117,13 +118,13 @@ def test_error_level_checks_catch_bad_partitions(catalog, tmp_path):
     gen = generate(catalog, GeneratorConfig(start=DAY, days=1, accounts=50, events_per_day=400, seed=1))
     table = gen.events.drop_columns(["landing_date"])
     dup = pa.concat_tables([table, table.slice(0, 3)])  # a partition that somehow holds duplicates
-    report = quality.Gate(catalog).validate(dup, DAY, (1, 10))
+    report = quality.Gate(catalog).validate(dup, DAY, (10, 10))
     assert set(report.failed_errors) == {"event_id_unique", "volume_vs_same_weekday"}
     assert report.blocked
 
 
 def test_stored_details_are_strict_json():
-    assert quality._plain({"a": [float("nan"), 1.5, float("inf")], "b": (1, "x")}) == {
+    assert quality_gx._plain({"a": [float("nan"), 1.5, float("inf")], "b": (1, "x")}) == {
         "a": [None, 1.5, None],
         "b": [1, "x"],
     }
@@ -140,7 +141,8 @@ def test_many_dates_are_validated_in_two_processes_with_the_same_outcomes(volume
     monkeypatch.setattr(quality, "PARALLEL_WORKERS", 1)
     serial = quality.check_partitions(engine, volume_drop.lake, catalog, days, "serial")
     monkeypatch.setattr(quality, "PARALLEL_WORKERS", 2)
-    monkeypatch.setattr(quality, "PARALLEL_MIN_DATES", 1)
+    monkeypatch.setattr(quality, "PARALLEL_MIN_ROWS", 1)
+    monkeypatch.setattr(quality, "BATCH_ROWS", 1)  # a batch per date
     spawned = []
     real = quality.concurrent.futures.ProcessPoolExecutor
     monkeypatch.setattr(
@@ -149,3 +151,151 @@ def test_many_dates_are_validated_in_two_processes_with_the_same_outcomes(volume
     parallel = quality.check_partitions(engine, volume_drop.lake, catalog, days, "parallel")
     assert spawned and spawned[0][0] == 2
     assert outcomes(parallel) == outcomes(serial) and len(serial) == 3
+
+
+def test_one_run_over_many_partitions_gives_each_partition_its_own_outcomes(catalog):
+    """Partitions validated together get exactly the outcomes GX gives each alone: a duplicate
+    within one partition fails only that one, the same id in two partitions fails neither, a bad
+    value fails only its partition, and shares and volume are judged per partition."""
+    import pyarrow.compute as pc
+
+    def day_table(seed: int, n: int) -> pa.Table:
+        config = GeneratorConfig(DAY, 1, 50, n, seed=seed, duplicate_rate=0, late_rate=0)
+        gen = generate(catalog, config)
+        return gen.events.drop_columns(["landing_date"])
+
+    clean = day_table(1, 300)
+    dup = pa.concat_tables([day_table(2, 300), day_table(2, 300).slice(0, 2)])
+    shared = day_table(3, 300)
+    shared = shared.set_column(
+        0,
+        "event_id",
+        pc.if_else(pc.equal(pa.array(range(shared.num_rows)), 0), clean["event_id"][0], shared["event_id"]),
+    )
+    unknown = day_table(4, 300)
+    unknown = unknown.set_column(
+        unknown.schema.get_field_index("model"),
+        "model",
+        pc.if_else(pc.less(pa.array(range(unknown.num_rows)), 3), "gpt-0", unknown["model"]),
+    )
+    errors = day_table(5, 300)
+    errors = errors.set_column(
+        errors.schema.get_field_index("status"), "status", pa.array(["error"] * errors.num_rows)
+    )
+    tables = [clean, dup, shared, unknown, errors]
+    days = [DAY + dt.timedelta(days=i) for i in range(len(tables))]
+    histories = [(), (300, 300), (30, 30), (300, 310, 290), (300,)]
+    gate = quality.Gate(catalog)
+    alone = [gate.validate(t, d, h) for t, d, h in zip(tables, days, histories, strict=True)]
+    parts = [quality_gx.Part(d, t.num_rows, h) for t, d, h in zip(tables, days, histories, strict=True)]
+    together = gate.validate_many(pa.concat_tables(tables, promote_options="permissive"), parts)
+
+    def seen(report):  # type: ignore[no-untyped-def]
+        return [(o.check.name, o.success, o.observed) for o in report.outcomes]
+
+    assert [seen(r) for r in together] == [seen(r) for r in alone]
+    failed = {r.day: set(r.failed_errors) for r in together}
+    assert failed == {
+        days[0]: set(),
+        days[1]: {"event_id_unique"},
+        days[2]: {"volume_vs_same_weekday"},
+        days[3]: {"model_known"},
+        days[4]: set(),
+    }
+    warned = [o.check.name for o in together[4].outcomes if not o.success]
+    assert warned == ["errors_below_10_percent"]
+    model = next(o for o in together[3].outcomes if o.check.name == "model_known")
+    assert model.observed == "3" and model.details["partial_unexpected_list"] == ["gpt-0"] * 3
+
+
+def _browser() -> str:
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None or shutil.which("pdftotext") is None:
+        pytest.fail("chromium and pdftotext are needed (.ci/run installs chromium and poppler-utils)")
+    return browser
+
+
+def _as_printed(page: Path, tmp_path: Path) -> str:
+    """The text of ``page`` as Chromium lays it out (printed to PDF, read back with pdftotext)."""
+    import subprocess
+
+    pdf = tmp_path / f"{page.parent.name}.pdf"
+    subprocess.run(
+        [
+            _browser(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-pdf-header-footer",
+            f"--print-to-pdf={pdf}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    done = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], check=True, capture_output=True, text=True)
+    return " ".join(done.stdout.split())
+
+
+@pytest.mark.slow
+def test_the_pages_show_expected_values_the_acceptance_and_every_date(volume_drop, tmp_path):
+    import subprocess
+
+    from PIL import Image
+
+    with pytest.raises(DataQualityError):
+        ingest_and_aggregate(volume_drop, [DAY])
+    engine = make_engine(volume_drop.database_url)
+    quality.accept_and_render(engine, volume_drop.lake, DAY, "marketing paused traffic that day", "oncall")
+
+    page = Path(quality_pages.html_path(volume_drop.lake, DAY))
+    text = _as_printed(page, tmp_path)
+    assert "Gate: accepted" in text and "120 rows" in text
+    assert (
+        "between 333 and 3,000 rows: the median 1,000 of the 3 previous partitions of the same weekday"
+        in text
+    )
+    assert "oncall accepted volume_vs_same_weekday on " in text
+    assert "marketing paused traffic that day" in text
+    assert "PARAMETER" not in text and "{" not in text
+    assert "model is one of gpt-" in text  # each check says what it expected
+
+    index = _as_printed(Path(quality_pages.index_path(volume_drop.lake)), tmp_path)
+    dates = [str(DAY - dt.timedelta(days=7 * k)) for k in (0, 1, 2, 3)]  # newest first
+    assert [index.index(d) for d in dates] == sorted(index.index(d) for d in dates)
+    assert "4 dates checked: 1 accepted, 3 passed" in index
+    assert "oncall:" in index and "marketing paused traffic that day" in index, index
+
+    shot = tmp_path / "page.png"
+    subprocess.run(
+        [
+            _browser(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--screenshot={shot}",
+            "--window-size=1200,1400",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    colors = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
+    failed_row = sum(n for n, rgb in colors if rgb == (255, 221, 221))  # the failed check's row, #fdd
+    accepted = sum(n for n, rgb in colors if rgb == (232, 240, 254))  # the acceptance box, #e8f0fe
+    assert failed_row > 2000 and accepted > 5000, (failed_row, accepted)
+
+
+def test_run_day_stopped_at_the_gate_still_says_what_it_ingested(volume_drop, capsys):
+    from pipelines.cli import main
+
+    code = main([*cli_args(volume_drop), "run-day", "--date", str(DAY)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.startswith("error: data-quality gate failed for 2026-03-23")
+    assert "read 120 rows: clean 120" in captured.out  # the ingest summary comes first
+    assert "stopped by the data-quality gate: 2026-03-23" in captured.out

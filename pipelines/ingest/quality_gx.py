@@ -1,0 +1,275 @@
+"""The data-quality suite run by great-expectations on many partitions at once.
+
+Many partitions are validated in one GX run: their rows in one frame whose index is the partition's
+position, so GX's unexpected rows say which partition they belong to, and their profiles (row count
+against the same weekday's median, duration and success shares) in a frame of one row each. A
+partition none of whose rows is unexpected passes a row check. A partition with unexpected rows of a
+check that looks at more than one row at a time (uniqueness) is validated again on its own, so each
+outcome is the one GX gives the partition alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines import lake
+from schemas.catalog import Catalog
+from schemas.events import REQUIRED_FIELDS
+from schemas.quality import (
+    DURATION_SHARE,
+    OK_SHARE,
+    PROFILE_SUITE_NAME,
+    RATIO_TO_MEDIAN,
+    SUITE_NAME,
+    VOLUME_CHECK,
+    Check,
+    build_suite,
+    partition_checks,
+)
+
+DEFAULT_VOLUME_FACTOR = 3.0
+MIN_HISTORY = 2  # same-weekday partitions needed before volume is judged
+BATCH_ROWS = 1_000_000  # rows of partitions validated in one GX run
+ROW_COLUMNS = ("event_id", *REQUIRED_FIELDS)  # what the row checks read
+PROFILE_SOURCE_COLUMNS = ("duration_ms", "status")  # what a profile is computed from
+COMPLETE = {"result_format": "COMPLETE", "return_unexpected_index_query": False}
+
+
+@dataclass
+class CheckOutcome:
+    check: Check
+    success: bool
+    observed: str | None
+    details: dict
+
+
+@dataclass
+class PartitionReport:
+    day: dt.date
+    rows: int
+    outcomes: list[CheckOutcome] = field(default_factory=list)
+    accepted: bool = False
+    acceptances: list[dict] = field(default_factory=list)  # who, when, why, which checks
+
+    @property
+    def failed_errors(self) -> list[str]:
+        return [o.check.name for o in self.outcomes if o.check.level == "error" and not o.success]
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.failed_errors) and not self.accepted
+
+    @property
+    def status(self) -> str:
+        return "accepted" if self.accepted else ("FAILED" if self.failed_errors else "passed")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A partition to validate: its date, rows, and the same weekday's history (row counts)."""
+
+    day: dt.date
+    rows: int
+    history: tuple[int, ...] = ()
+
+    @property
+    def median(self) -> float | None:
+        return float(statistics.median(self.history)) if len(self.history) >= MIN_HISTORY else None
+
+
+def partition_rows(lake_root: str, day: dt.date) -> int:
+    """Rows of a committed partition, from the Parquet footers (no data read)."""
+    files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
+    return sum(lake.open_parquet(f).metadata.num_rows for f in files)
+
+
+def history(lake_root: str, day: dt.date, weeks: int, rows: dict[dt.date, int | None]) -> tuple[int, ...]:
+    """Row counts of the partitions of the same weekday in the ``weeks`` before ``day`` (``rows``
+    caches what was read: None for a date without a partition)."""
+    out = []
+    for k in range(1, weeks + 1):
+        past = day - dt.timedelta(days=7 * k)
+        if past not in rows:
+            files = lake.list_files(lake.partition(lake_root, lake.EVENTS, past))
+            rows[past] = sum(lake.open_parquet(f).metadata.num_rows for f in files) if files else None
+        if rows[past] is not None:
+            out.append(rows[past])
+    return tuple(out)
+
+
+def volume_bounds(median: float | None, factor: float) -> tuple[float, float] | None:
+    """(min, max) rows: the same weekday's trailing median divided / multiplied by ``factor``."""
+    return None if median is None else (median / factor, median * factor)
+
+
+class Gate:
+    """One GX context with the suite's two validation definitions, reused for every batch of a run."""
+
+    def __init__(self, catalog: Catalog, factor: float = DEFAULT_VOLUME_FACTOR) -> None:
+        from pipelines.settings import quiet_great_expectations
+
+        quiet_great_expectations()
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.factor = factor
+        self.checks = partition_checks(catalog.model_ids, 10_000_000, factor)
+        self.row_checks = [c for c in self.checks if c.scope == "rows"]
+        self.profile_checks = [c for c in self.checks if c.scope == "profile"]
+        for c in self.row_checks:  # a row check's outcome per partition is its count of unexpected rows
+            assert "mostly" not in c.kwargs, f"{c.name}: a share belongs in the partition profile"
+        self.columns = sorted({c.kwargs["column"] for c in self.row_checks})
+        assert set(self.columns) <= set(ROW_COLUMNS), "ROW_COLUMNS must name every column a row check reads"
+        self._gx = gx
+        self._ctx = gx.get_context(mode="ephemeral")
+        self._ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        self._source = self._ctx.data_sources.add_pandas("lake")
+        self._definitions: dict[tuple[str, ...], object] = {}
+        self.rows_definition = self._definition(SUITE_NAME, self.row_checks)
+        self.profile_definition = self._definition(PROFILE_SUITE_NAME, self.profile_checks)
+
+    def _definition(self, name: str, checks: list[Check]):  # type: ignore[no-untyped-def]
+        key = tuple(c.name for c in checks)
+        if key not in self._definitions:
+            asset = self._source.add_dataframe_asset(f"{name}-{len(self._definitions)}")
+            suite = self._ctx.suites.add(build_suite(checks, f"{name}-{len(self._definitions)}"))
+            self._definitions[key] = self._ctx.validation_definitions.add(
+                self._gx.ValidationDefinition(
+                    name=suite.name, data=asset.add_batch_definition_whole_dataframe("all"), suite=suite
+                )
+            )
+        return self._definitions[key]
+
+    def _run(self, definition, frame, result_format) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+        """check name -> GX result of that expectation on ``frame``."""
+        result = definition.run(batch_parameters={"dataframe": frame}, result_format=result_format)
+        return {
+            r.expectation_config.meta["check"]: (r.result or {}) | {"_success": r.success}
+            for r in result.results
+        }
+
+    def validate(self, table: pa.Table, day: dt.date, history: tuple[int, ...] = ()) -> PartitionReport:
+        """One partition's report (``history``: the same weekday's previous row counts)."""
+        return self.validate_many(table, [Part(day, table.num_rows, history)])[0]
+
+    def validate_many(self, table: pa.Table, parts: list[Part]) -> list[PartitionReport]:
+        """Reports of ``parts``, whose rows ``table`` holds one after the other in that order."""
+        assert table.num_rows == sum(p.rows for p in parts)
+        position = np.repeat(np.arange(len(parts)), [p.rows for p in parts])
+        frame = table.select(self.columns).to_pandas()
+        frame.index = position
+        outcomes: dict[str, list[CheckOutcome]] = {}
+        summary = self._run(self.rows_definition, frame, "SUMMARY")
+        flagged = [c for c in self.row_checks if summary[c.name].get("unexpected_count")]
+        for check in self.row_checks:
+            if check not in flagged:
+                outcomes[check.name] = [self._outcome(check, True, "0", []) for _ in parts]
+        if flagged:
+            detail = self._run(self._definition(SUITE_NAME + "-detail", flagged), frame, COMPLETE)
+            for check in flagged:
+                outcomes[check.name] = self._row_outcomes(check, detail[check.name], frame, parts)
+        for check, per in self._profile_outcomes(table, parts).items():
+            outcomes[check] = per
+        reports = []
+        for i, part in enumerate(parts):
+            report = PartitionReport(part.day, part.rows)
+            report.outcomes = [outcomes[c.name][i] for c in self.checks]
+            reports.append(report)
+        return reports
+
+    def _outcome(
+        self, check: Check, success: bool, observed: str, unexpected: list, **more: object
+    ) -> CheckOutcome:  # type: ignore[type-arg]
+        details = {
+            "kwargs": check.kwargs,
+            "expected": check.expected,
+            "partial_unexpected_list": unexpected[:5],
+        }
+        return CheckOutcome(check, success, observed[:400], _plain(details | more))
+
+    def _row_outcomes(self, check: Check, result: dict, frame, parts: list[Part]) -> list[CheckOutcome]:  # type: ignore[no-untyped-def]
+        where = np.asarray(result.get("unexpected_index_list") or [], dtype=np.int64)
+        values = list(result.get("unexpected_list") or [])
+        counts = np.bincount(where, minlength=len(parts))
+        out = []
+        for i, part in enumerate(parts):
+            n = int(counts[i])
+            if n and not check.row_local:  # uniqueness: judged on the partition alone
+                alone = self._run(
+                    self._definition(SUITE_NAME + "-alone", [check]), frame[frame.index == i], "SUMMARY"
+                )
+                r = alone[check.name]
+                n = int(r.get("unexpected_count") or 0)
+                out.append(
+                    self._outcome(check, bool(r["_success"]), str(n), r.get("partial_unexpected_list") or [])
+                )
+                continue
+            mine = [values[k] for k in np.flatnonzero(where == i)[:5]] if n else []
+            out.append(self._outcome(check, n == 0, str(n), mine, unexpected_percent=100 * n / part.rows))
+        return out
+
+    def _profile_outcomes(self, table: pa.Table, parts: list[Part]) -> dict[str, list[CheckOutcome]]:
+        import pandas as pd
+
+        ends = np.cumsum([p.rows for p in parts])
+        starts = ends - np.array([p.rows for p in parts])
+
+        def share(mask: pa.ChunkedArray) -> np.ndarray:
+            hits = np.concatenate([[0], np.cumsum(mask.to_numpy(zero_copy_only=False).astype(np.int64))])
+            rows = np.maximum(ends - starts, 1)
+            return (hits[ends] - hits[starts]) / rows
+
+        medians = [p.median for p in parts]
+        profile = pd.DataFrame(
+            {
+                RATIO_TO_MEDIAN: [p.rows / m if m else None for p, m in zip(parts, medians, strict=True)],
+                DURATION_SHARE: share(pc.is_valid(table["duration_ms"])),
+                OK_SHARE: share(pc.fill_null(pc.equal(table["status"], "ok"), False)),
+            },
+            index=np.arange(len(parts)),
+        ).astype("float64")
+        result = self._run(self.profile_definition, profile, COMPLETE)
+        out: dict[str, list[CheckOutcome]] = {}
+        for check in self.profile_checks:
+            failed = set(int(i) for i in result[check.name].get("unexpected_index_list") or [])
+            column = check.kwargs["column"]
+            per = []
+            for i, part in enumerate(parts):
+                value = profile[column].iloc[i]
+                if check.name == VOLUME_CHECK:
+                    bounds = volume_bounds(medians[i], self.factor)
+                    observed = f"{part.rows:,} rows" + (
+                        "" if bounds else " (not judged: fewer than 2 partitions of the same weekday before)"
+                    )
+                    more = {
+                        "bounds": bounds,
+                        "median": medians[i],
+                        "history": list(part.history),
+                        "rows": part.rows,
+                    }
+                else:
+                    observed, more = f"{value:.1%} of {part.rows:,} rows", {}
+                per.append(self._outcome(check, i not in failed, observed, [], value=value, **more))
+            out[check.name] = per
+        return out
+
+
+def _plain(value: object) -> object:
+    """JSON-safe: strict JSON has no NaN or infinity (PostgreSQL refuses them), so they become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return _plain(json.loads(json.dumps(value, default=str)))
