@@ -5,10 +5,10 @@ One landing date per run (the data interval's start, UTC): wait for `landing/<da
 run the data-quality gate on every partition it changed, aggregate those dates, re-meter the quota
 pools they touch (to the end of their periods). Late events are recomputed: ingest reports the past
 dates it changed and the next steps include them, with any date an earlier, interrupted run left in the
-recompute queue; the last task clears the queue rows this run took downstream.
+recompute queue (the aggregate and meter steps mark the queue rows they took).
 
 Every task reads and writes only its dates' partitions and replaces them, so a rerun or a backfill
-(`airflow dags backfill usage_daily --start-date ... --end-date ...`) is safe. A failed quality gate
+(`airflow backfill create --dag-id usage_daily --from-date ... --to-date ...`) is safe. A failed quality gate
 stops the run with a message naming the checks; accept with `usage-billing dq accept` and clear it.
 
 Publishes `usage_daily` every day, `usage_week_complete` after a Sunday and `usage_month_closed`
@@ -74,12 +74,6 @@ def usage_daily():
         outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": dates}
         return metered
 
-    @task
-    def clear_recompute_queue(ingested: dict, metered: list[str]) -> int:
-        from pipelines.jobs.tasks import clear_queue
-
-        return clear_queue(ingested, metered)
-
     @task(outlets=[WEEK_COMPLETE])
     def week_complete(_: list[str], ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
@@ -109,7 +103,6 @@ def usage_daily():
     day = ingest()
     ready >> day
     metered = meter(aggregate(quality_gate(day)))
-    clear_recompute_queue(day, metered)
     week_complete(metered)
     month_closed(metered)
 

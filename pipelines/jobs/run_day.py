@@ -1,9 +1,11 @@
-"""The run-day chain: ingest, the data-quality gate, aggregate, meter, clear the recompute queue.
+"""The run-day chain: ingest, the data-quality gate, aggregate, meter.
 
-One function per step (``ingest_step``, ``gate_step``, ``aggregate_step``, ``meter_changed``,
-``dequeue``), each a ``run(argv)`` of one pipeline or a warehouse call: a step only decides which
-dates it works on. ``ingest_and_aggregate`` chains them for ``run-day``; the Airflow tasks
-(``jobs/tasks.py``) call one step each, and the demo calls the same steps on its whole range.
+One function per step (``ingest_step``, ``gate_step``, ``aggregate_step``, ``meter_changed``), each
+a ``run(argv)`` of one pipeline or a warehouse call: a step only decides which dates it works on.
+The recompute queue's rows are marked by the aggregate and meter pipelines themselves
+(``pipelines.warehouse.recompute``), whoever runs them. ``ingest_and_aggregate`` chains them for
+``run-day``; the Airflow tasks (``jobs/tasks.py``) call one step each, and the demo calls the same
+steps on its whole range.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine
 
 from billing.calendar import Coupling
+from pipelines.errors import DataQualityError
 from pipelines.ingest import events as ingest
 from pipelines.quota import meter
 from pipelines.quota.remeter import stale_dates
+from pipelines.runtime.options import contiguous
 from pipelines.settings import Settings
 from pipelines.usage import aggregate
 from schemas.catalog import Catalog
@@ -31,23 +35,13 @@ class DayResult:
     ingest: ingest.IngestResult
     aggregated: list[dt.date] = field(default_factory=list)
     metered: list[str] = field(default_factory=list)  # per metering run: its dates, what it started from
+    blocked: list[dt.date] = field(default_factory=list)  # dates the data-quality gate stopped
 
 
 def date_args(dates: list[dt.date]) -> list[str]:
     if len(dates) == 1:
         return ["--date", dates[0].isoformat()]
     return ["--from", dates[0].isoformat(), "--to", dates[-1].isoformat()]
-
-
-def contiguous(dates: list[dt.date]) -> list[list[dt.date]]:
-    """Split sorted dates into runs of consecutive days (one pipeline run per run of days)."""
-    runs: list[list[dt.date]] = []
-    for d in sorted(set(dates)):
-        if runs and (d - runs[-1][-1]).days == 1:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    return runs
 
 
 def meter_dates_for(utc_dates: list[dt.date], catalog: Catalog) -> list[dt.date]:
@@ -95,14 +89,16 @@ def ingest_step(
     dates: list[dt.date],
     beam_args: list[str] | None = None,
     ingested: ingest.IngestResult | None = None,
-) -> tuple[ingest.IngestResult, list[dt.date], list[tuple[dt.date, str]]]:
-    """Ingest the landing ``dates`` (unless ``ingested``: a replay already did). Returns the result,
-    the dates to take downstream (the landing dates, the partitions the run changed and every queued
-    date an earlier run changed but did not take downstream) and the queue rows read."""
+) -> tuple[ingest.IngestResult, list[dt.date]]:
+    """Ingest the landing ``dates`` (unless ``ingested``: a replay already did). Returns the result and
+    the dates to gate and aggregate: the landing dates, the partitions the run changed and every queued
+    date an earlier run changed whose aggregation has not run since."""
+    from pipelines.warehouse.recompute import pending
+
     result = ingested or ingest.run([*settings.argv(), *date_args(dates), *(beam_args or [])])
     with warehouse(settings) as engine:
-        todo, queue = with_queued(engine, [*dates, *result.changed_dates])
-    return result, todo, queue
+        to_aggregate, _ = pending(engine)
+    return result, sorted({*dates, *result.changed_dates, *to_aggregate})
 
 
 def gate_step(
@@ -121,9 +117,8 @@ def gate_step(
         if accept_reason:
             for report in reports:
                 if report.blocked and report.day in (accept or []):
-                    quality.accept(engine, report.day, accept_reason)
+                    quality.accept_and_render(engine, settings.lake, report.day, accept_reason)
                     report.accepted = True
-                    quality.write_html(settings.lake, report)
     return reports
 
 
@@ -144,43 +139,22 @@ def out_of_date_days(settings: Settings, month: str | None = None) -> list[dt.da
 
 
 def meter_changed(
-    settings: Settings, utc_dates: list[dt.date], beam_args: list[str] | None = None
+    settings: Settings,
+    utc_dates: list[dt.date],
+    beam_args: list[str] | None = None,
+    skip: set[dt.date] | frozenset[dt.date] = frozenset(),
 ) -> list[str]:
-    """The meter step of ``run-day`` and the daily DAG: every local date the changed UTC dates reach
-    (``meter_dates_for``) and every out-of-date metered day (``out_of_date_days``). Per metering run:
-    its dates, what it started from."""
-    local = set(meter_dates_for(utc_dates, settings.catalog)) | set(out_of_date_days(settings))
+    """The meter step of ``run-day`` and the daily DAG: every local date the changed UTC dates and the
+    queued ones not metered since (but ``skip``: dates the gate stopped) reach (``meter_dates_for``),
+    and every out-of-date metered day (``out_of_date_days``). Per metering run: its dates, what it
+    started from."""
+    from pipelines.warehouse.recompute import pending
+
+    with warehouse(settings) as engine:
+        _, queued = pending(engine)
+    changed = sorted({*utc_dates, *queued} - set(skip))
+    local = set(meter_dates_for(changed, settings.catalog)) | set(out_of_date_days(settings))
     return meter_runs(settings, sorted(local), beam_args)
-
-
-def queued(engine: Engine) -> list[tuple[dt.date, str]]:
-    """(event date, ingest run id) rows of the recompute queue: changed partitions not yet taken
-    through aggregate and meter."""
-    from schemas.warehouse import RecomputeQueue
-
-    q = RecomputeQueue.__table__
-    with engine.connect() as conn:
-        return [(r.day, r.run_id) for r in conn.execute(select(q.c.day, q.c.run_id))]
-
-
-def with_queued(engine: Engine, dates: list[dt.date]) -> tuple[list[dt.date], list[tuple[dt.date, str]]]:
-    """(``dates`` and every queued date, sorted; the queue rows read): what a run takes downstream,
-    and what it may remove from the queue when it is done."""
-    queue = queued(engine)
-    return sorted(set(dates) | {day for day, _ in queue}), queue
-
-
-def dequeue(engine: Engine, rows: list[tuple[dt.date, str]], done: list[dt.date]) -> None:
-    """Remove the queue rows read before the work started whose date went through downstream; a row
-    an ingest queued meanwhile (another run id) stays for the next run."""
-    from schemas.warehouse import RecomputeQueue
-
-    q = RecomputeQueue.__table__
-    done_days = set(done)
-    finished = [(day, run_id) for day, run_id in rows if day in done_days]
-    with engine.begin() as conn:
-        for day, run_id in finished:
-            conn.execute(delete(q).where(q.c.day == day, q.c.run_id == run_id))
 
 
 def ingest_and_aggregate(
@@ -201,7 +175,7 @@ def ingest_and_aggregate(
 
     step = on_step or (lambda _: None)
     step("ingest")
-    result, todo, queue = ingest_step(settings, dates, beam_args, ingested)
+    result, todo = ingest_step(settings, dates, beam_args, ingested)
     step("data quality")
     reports = gate_step(settings, todo, result.run_id, accept_reason, accept=dates)
     blocked = {r.day for r in reports if r.blocked}
@@ -209,8 +183,11 @@ def ingest_and_aggregate(
     step("aggregate")
     aggregate_step(settings, runnable, beam_args)
     step("meter")
-    metered = meter_changed(settings, runnable, beam_args)
-    with warehouse(settings) as engine:
-        dequeue(engine, queue, runnable)
-    quality.require_passed(reports, settings.lake)
-    return DayResult(result, runnable, metered)
+    metered = meter_changed(settings, runnable, beam_args, skip=blocked)
+    done = DayResult(result, runnable, metered, sorted(blocked))
+    try:
+        quality.require_passed(reports, settings.lake)
+    except DataQualityError as exc:
+        exc.done = done  # type: ignore[attr-defined]  # what did run, for the summary before the error
+        raise
+    return done

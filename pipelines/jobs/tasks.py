@@ -38,12 +38,8 @@ def ingest_day(day: str) -> dict:
     """Ingest one landing date; returns the run id and every event date whose partition changed."""
     from pipelines.jobs.run_day import ingest_step
 
-    result, changed, queue = ingest_step(settings(), [dt.date.fromisoformat(day)])
-    return {
-        "run_id": result.run_id,
-        "dates": [d.isoformat() for d in changed],
-        "queue": [[d.isoformat(), run_id] for d, run_id in queue],
-    }
+    result, todo = ingest_step(settings(), [dt.date.fromisoformat(day)])
+    return {"run_id": result.run_id, "dates": [d.isoformat() for d in todo]}
 
 
 def quality_gate(ingested: dict) -> list[str]:
@@ -85,16 +81,6 @@ def remeter_month(month: str) -> list[str]:
     stale = out_of_date_days(s, month)
     meter_runs(s, stale)
     return [d.isoformat() for d in stale]
-
-
-def clear_queue(ingested: dict, _metered: list[str]) -> int:
-    """After meter: remove the recompute-queue rows this run read and took downstream."""
-    from pipelines.jobs.run_day import dequeue, warehouse
-
-    rows = [(dt.date.fromisoformat(d), run_id) for d, run_id in ingested.get("queue", [])]
-    with warehouse(settings()) as engine:
-        dequeue(engine, rows, [dt.date.fromisoformat(d) for d in ingested["dates"]])
-    return len(rows)
 
 
 def previous_month(day: dt.date) -> str:

@@ -74,6 +74,7 @@ from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import database_lock, lock_wait, step_lock
+from pipelines.warehouse.recompute import mark_metered
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
@@ -354,6 +355,8 @@ def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # t
         seconds["pipeline"] = time.perf_counter() - began
         began = time.perf_counter()
         counts = load_warehouse(engine, catalog, stage, dates, run_id, started)
+        with engine.begin() as conn:
+            mark_metered(conn, first, last, started)
         counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, new_stamps)
         seconds["load"] = time.perf_counter() - began
     finally:

@@ -32,6 +32,7 @@ from pipelines.usage.partials import (
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import make_engine, replace_rows, require_schema
 from pipelines.warehouse.locks import database_lock, step_lock
+from pipelines.warehouse.recompute import mark_aggregated
 from schemas.warehouse import ModelDaily, UsageDaily, UsageDailyError
 
 COMPACT_EVERY = 4  # partials a day's accumulator holds before re-summing (bounds memory)
@@ -142,6 +143,7 @@ def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date,
     require_partitions(engine, opts.lake, dates, "usage aggregate")
     run_id = opts.run_id or new_run_id("aggregate")
     stage = fresh_stage(opts.lake, run_id, "usage aggregate")
+    started = dt.datetime.now(dt.UTC)  # before the lake is read: what the queue rows it takes reflect
     try:
         units = lake_units(opts.lake, dates)
         with run_pipeline(options) as p:
@@ -161,6 +163,7 @@ def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date,
             replace_rows(conn, UsageDaily.__table__, "day", dates, usage)
             replace_rows(conn, UsageDailyError.__table__, "day", dates, staged["errors"])
             replace_rows(conn, ModelDaily.__table__, "day", dates, daily)
+            mark_aggregated(conn, dates[0], dates[-1], started)
     finally:
         lake.discard(stage)
         engine.dispose()

@@ -74,15 +74,19 @@ class PipelineLock(Base):
 
 class RecomputeQueue(Base):
     """Event dates whose lake partition an ingest run changed and whose downstream steps (aggregate,
-    meter) have not yet run since. Written in the ingest run's transaction; ``run-day`` and the daily
-    DAG process every queued date and remove exactly the (day, run) rows they processed, so a run
-    killed between ingest and aggregate leaves its dates here for the next one."""
+    meter) have not both run since. Written in the ingest run's transaction. ``usage aggregate`` and
+    ``quota meter`` (alone, in ``run-day`` or in the DAGs) each mark the rows they covered that were
+    queued before they read the lake, and a row both have marked is removed
+    (``pipelines.warehouse.recompute``), so a run killed between the steps leaves its dates here
+    for the next one."""
 
     __tablename__ = "recompute_queue"
 
     day: Mapped[dt.date] = mapped_column(primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     queued_at: Mapped[dt.datetime]
+    aggregated_at: Mapped[dt.datetime | None] = mapped_column(comment="when usage aggregate took it")
+    metered_at: Mapped[dt.datetime | None] = mapped_column(comment="when quota meter took it")
 
 
 class DqResult(Base):

@@ -138,9 +138,7 @@ class World:
         self.events += events
         result = ingest.run([*self.settings.argv(), "--date", landing.isoformat()])
         assert (result.total("clean"), result.total("duplicates")) == (len(events), len(resent))
-        todo, queue = jobs.with_queued(self.engine, [landing, *result.changed_dates])
-        jobs.meter_changed(self.settings, todo)
-        jobs.dequeue(self.engine, queue, todo)
+        jobs.meter_changed(self.settings, [landing, *result.changed_dates])
 
     def meter_everything(self) -> None:
         days = sorted(e["event_time"].date() for e in self.events)
