@@ -14,7 +14,7 @@ SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
 # The newest revision: what every step checks the warehouse against before it works, without
 # importing Alembic (0.1 s per command). tests/warehouse/test_migrations.py holds it equal to the
 # scripts' head.
-HEAD = "0014"
+HEAD = "0016"
 VERSION_TABLE = "alembic_version"
 
 
@@ -32,10 +32,30 @@ def alembic_config(engine: Engine) -> Config:
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    from alembic import command
+def current(engine: Engine) -> str | None:
+    """The warehouse's revision (None: no migration applied yet)."""
+    from sqlalchemy import inspect, text
 
-    command.upgrade(alembic_config(engine), revision)
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(VERSION_TABLE):
+            return None
+        return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> list[str]:
+    """Upgrade to ``revision``; returns the revisions applied, oldest first (empty: up to date)."""
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
+    config = alembic_config(engine)
+    before = current(engine)
+    command.upgrade(config, revision)
+    after = current(engine)
+    if after == before:
+        return []
+    script = ScriptDirectory.from_config(config)
+    applied = [s.revision for s in script.iterate_revisions(after, before or "base")]
+    return [r for r in reversed(applied) if r != before]
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:

@@ -362,3 +362,9 @@ def test_no_finance_view_exposes_user_ids_or_events(finance_db):
     tables = {t for t, _ in visible} - {"table_name"}
     assert tables and all(t.startswith("finance_") for t in tables)
     assert not any("user" in c or c == "event_id" for _, c in visible)
+
+
+def test_finance_reader_sees_no_gap_where_the_reconciliation_matches(finance_db):
+    done = _psql(finance_db, "SELECT count(*) FROM finance_reconciliation_gaps")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0"
