@@ -33,7 +33,7 @@ from pipelines.runtime.console import (
 )
 from pipelines.runtime.logs import quiet
 from pipelines.runtime.startup import defer_collection_until_work, tune_allocator
-from pipelines.settings import Settings
+from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING, Settings
 from schemas.catalog import CatalogError
 
 app = typer.Typer(
@@ -65,16 +65,24 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _where(what: str, variable: str, default: str) -> str:
+    return f"{what} (default: $USAGE_BILLING_{variable} if set, else {default})"
+
+
 @app.callback()
 def global_options(
     ctx: typer.Context,
-    config: Annotated[str | None, typer.Option(help="catalog TOML (else USAGE_BILLING_CONFIG)")] = None,
+    config: Annotated[str | None, typer.Option(help=_where("catalog TOML", "CONFIG", DEFAULT_CONFIG))] = None,
     database_url: Annotated[
         str | None,
-        typer.Option(show_default=False, help="SQLAlchemy URL (else USAGE_BILLING_DATABASE_URL)"),
+        typer.Option(help=_where("the warehouse, an SQLAlchemy URL", "DATABASE_URL", DEFAULT_DATABASE_URL)),
     ] = None,
-    lake: Annotated[str | None, typer.Option(help="lake root (else USAGE_BILLING_LAKE)")] = None,
-    landing: Annotated[str | None, typer.Option(help="landing root (else USAGE_BILLING_LANDING)")] = None,
+    lake: Annotated[
+        str | None, typer.Option(help=_where("lake root, a folder or URL", "LAKE", DEFAULT_LAKE))
+    ] = None,
+    landing: Annotated[
+        str | None, typer.Option(help=_where("landing root, one folder per date", "LANDING", DEFAULT_LANDING))
+    ] = None,
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=_version, help="print the version and exit")
     ] = False,
@@ -85,12 +93,20 @@ def global_options(
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Apply every migration to the warehouse."""
+    import migrations
     from pipelines.warehouse.engine import free_bytes, make_engine, redact, upgrade
 
     s = settings_of(ctx)
     engine = make_engine(s.database_url)
-    upgrade(engine)
-    out.print(f"warehouse at {redact(s.database_url)} is up to date")
+    applied = upgrade(engine)
+    if not applied:
+        out.print(f"warehouse at {redact(s.database_url)} was up to date (revision {migrations.HEAD})")
+    else:
+        names = applied[0] if len(applied) == 1 else f"{applied[0]} .. {applied[-1]}"
+        out.print(
+            f"warehouse at {redact(s.database_url)}: applied {len(applied)} migration(s), {names}; "
+            f"now at revision {applied[-1]}"
+        )
     free = free_bytes(engine) or 0
     if free >= FREE_HINT_BYTES:
         out.print(
@@ -198,21 +214,27 @@ def run_day(
         typer.Option("--accept-dq", help="accept a failed data-quality gate for this date: the reason"),
     ] = None,
 ) -> None:
-    """Ingest one landing date, gate it on data quality, then aggregate it and every past date its late
-    events changed."""
+    """Ingest one landing date, gate it on data quality, aggregate and meter it and what it changed."""
+    from pipelines.errors import DataQualityError
     from pipelines.jobs.run_day import ingest_and_aggregate
     from pipelines.runtime.options import parse_date
 
     s = settings_of(ctx)
-    day = parse_date(date)
-    with step(f"run-day {day}") as status:
-        result = ingest_and_aggregate(
-            s,
-            [day],
-            ctx.args,
-            on_step=lambda n: status.update(f"run-day {day}: {n}"),
-            accept_reason=accept_dq,
-        )
+    day = parse_date(date, "--date")
+    try:
+        with step(f"run-day {day}", total=4) as status:
+            result = ingest_and_aggregate(
+                s,
+                [day],
+                ctx.args,
+                on_step=lambda n: status.update(f"run-day {day}: {n}"),
+                accept_reason=accept_dq,
+            )
+    except DataQualityError as exc:
+        done = getattr(exc, "done", None)
+        if done is not None:  # what ran before the gate stopped the blocked dates
+            print_day(done)
+        raise
     print_day(result)
 
 

@@ -119,6 +119,20 @@ def table_rows(url: str, model) -> list[tuple]:  # type: ignore[no-untyped-def]
     return [tuple(round(v, 9) if isinstance(v, float) else v for v in r) for r in rows]
 
 
+def cli_args(settings: Settings) -> list[str]:
+    """The global options of ``usage-billing`` that point it at ``settings``."""
+    return [
+        "--config",
+        settings.config,
+        "--database-url",
+        settings.database_url,
+        "--lake",
+        settings.lake,
+        "--landing",
+        settings.landing,
+    ]
+
+
 def close_month(settings: Settings, month: str, scratch: Path) -> None:
     """Close ``month`` the way production does: ingest every landing date it still needs (here from an
     empty landing folder of its own, so no shared landing data changes) and meter the whole month."""
@@ -126,8 +140,8 @@ def close_month(settings: Settings, month: str, scratch: Path) -> None:
 
     from billing.invoices import utc_span
     from pipelines.ingest import events as ingest
-    from pipelines.jobs.run_day import contiguous
     from pipelines.quota import meter
+    from pipelines.runtime.options import contiguous
     from schemas.warehouse import Account, IngestRun
 
     engine = make_engine(settings.database_url)

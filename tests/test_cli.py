@@ -240,6 +240,9 @@ def test_unknown_beam_runner(capsys, sqlite_settings):
 
 
 def test_a_warehouse_without_migrations_is_named_before_any_work(capsys, tmp_path):
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "empty.db").close()  # a file, no tables
     code, _, err = _run(
         capsys,
         "--database-url",
@@ -254,3 +257,115 @@ def test_a_warehouse_without_migrations_is_named_before_any_work(capsys, tmp_pat
         "2026-03-02",
     )
     _one_line_error(code, err, "is not initialised: run `usage-billing db upgrade`")
+
+
+def test_an_impossible_date_is_called_impossible(capsys, tmp_path):
+    code, _, err = _run(
+        capsys, "--database-url", f"sqlite:///{tmp_path / 'w.db'}", "run-day", "--date", "2026-02-30"
+    )
+    _one_line_error(
+        code, err, "invalid --date '2026-02-30': no such date: February 2026 has days 01 to 28, not 30"
+    )
+    code, _, err = _run(capsys, "events", "ingest", "--date", "2026-13-01")
+    _one_line_error(code, err, "no such date: there is no month 13")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["events", "ingest", "--date", "2026-03-02"],
+        ["usage", "aggregate", "--date", "2026-03-02"],
+        ["quota", "meter", "--month", "2026-03"],
+        ["quota", "show", "--account", "acct-1"],
+        ["dq", "check", "--date", "2026-03-02"],
+        ["accounts", "load", "accounts.csv"],
+        ["run-day", "--date", "2026-03-02"],
+        ["invoices", "draft", "--month", "2026-03"],
+        ["invoices", "export", "--month", "2026-03", "--out", "{new}/exports"],
+        ["retirement", "report", "--as-of", "2026-03-02", "--out", "{new}/reports"],
+        ["lake", "show"],
+    ],
+)
+def test_a_failing_command_leaves_no_folder_or_file_behind(capsys, tmp_path, argv):
+    """No warehouse yet at a path in a folder that does not exist: the command fails with one line
+    and creates neither the folder, an empty database file, the lake, nor its output folder."""
+    new = tmp_path / "new"
+    args = [a.replace("{new}", str(new)) for a in argv]
+    code, _, err = _run(
+        capsys,
+        "--database-url",
+        f"sqlite:///{new / 'deeper' / 'warehouse.db'}",
+        "--lake",
+        str(new / "lake"),
+        "--landing",
+        str(new / "landing"),
+        *args,
+    )
+    _one_line_error(code, err, "")
+    assert not new.exists(), sorted(str(p) for p in new.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["invoices", "export", "--month", "2026-13", "--out", "{new}/exports"],
+        ["retirement", "report", "--as-of", "2026-02-30", "--out", "{new}/reports"],
+        ["events", "ingest", "--date", "2026-03-02"],
+    ],
+)
+def test_a_failing_command_on_a_warehouse_creates_nothing_either(capsys, tmp_path, argv):
+    from pipelines.warehouse.engine import make_engine, upgrade
+
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    upgrade(make_engine(url))
+    new = tmp_path / "new"
+    args = [a.replace("{new}", str(new)) for a in argv]
+    code, _, err = _run(
+        capsys, "--database-url", url, "--lake", str(new / "lake"), "--landing", str(new / "landing"), *args
+    )
+    _one_line_error(code, err, "")
+    assert not new.exists(), sorted(str(p) for p in new.rglob("*"))
+
+
+def test_db_upgrade_names_the_revisions_it_applied(capsys, tmp_path):
+    import migrations
+
+    url = f"sqlite:///{tmp_path / 'sub' / 'warehouse.db'}"
+    code, out, _ = _run(capsys, "--database-url", url, "db", "upgrade")
+    assert code == 0 and f"applied {int(migrations.HEAD)} migration(s), 0001 .. {migrations.HEAD}" in out
+    code, out, _ = _run(capsys, "--database-url", url, "db", "upgrade")
+    assert code == 0 and f"was up to date (revision {migrations.HEAD})" in out
+
+
+def test_an_export_with_nothing_to_export_says_so(capsys, tmp_path):
+    from pipelines.warehouse.engine import make_engine, upgrade
+
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    upgrade(make_engine(url))
+    code, out, err = _run(
+        capsys,
+        "--database-url",
+        url,
+        "invoices",
+        "export",
+        "--month",
+        "2026-03",
+        "--out",
+        str(tmp_path / "x"),
+    )
+    assert code == 0 and "0 documents" in out
+    assert err.startswith("warning: 2026-03 has no numbered documents") and len(err.strip().splitlines()) == 1
+
+
+def test_output_into_a_file_is_not_wrapped(tmp_path):
+    """Into a pipe, a long line stays one line (here the one-line error of a long path)."""
+    long = tmp_path / ("x" * 150) / "warehouse.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "--database-url", f"sqlite:///{long}", "lake", "show"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and len(proc.stderr) > 200

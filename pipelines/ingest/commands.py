@@ -84,15 +84,14 @@ def events_replay(
         str | None, typer.Option("--reason", help="only rows with this reason code (e.g. no_price)")
     ] = None,
 ) -> None:
-    """Ingest a landing date's quarantined rows again (once their cause is fixed), then aggregate and
-    meter what they changed, as run-day does."""
+    """Ingest a landing date's quarantined rows again (their cause fixed), then aggregate and meter them."""
     from pipelines.ingest import replay
     from pipelines.jobs.run_day import ingest_and_aggregate
     from pipelines.runtime.options import parse_date
 
     s = settings_of(ctx)
     day = parse_date(date, "--date")
-    with step(f"replaying the quarantine of {day}") as status:
+    with step(f"replaying the quarantine of {day}", total=4) as status:
         result, summary = replay.run(s, day, reason, ctx.args)
         done = ingest_and_aggregate(
             s, [], ctx.args, on_step=lambda n: status.update(f"replay {day}: {n}"), ingested=result
@@ -113,8 +112,12 @@ def events_replay(
 
 def print_day(done) -> None:  # type: ignore[no-untyped-def]
     """What a run-day (or a replay) did: the ingest, the dates aggregated, the metering runs."""
+    from pipelines.runtime.options import date_ranges
+
     print_ingest(done.ingest)
-    out.print(f"aggregated {len(done.aggregated)} date(s): {', '.join(str(d) for d in done.aggregated)}")
+    out.print(f"aggregated {len(done.aggregated)} date(s): {date_ranges(done.aggregated) or 'none'}")
+    if done.blocked:
+        out.print(f"stopped by the data-quality gate: {date_ranges(done.blocked)}")
     for run in done.metered:
         out.print(f"metered {run}")
 
@@ -135,6 +138,7 @@ def print_ingest(result) -> None:  # type: ignore[no-untyped-def]
 def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
     """Run the data-quality suite on committed partitions; store and render the results."""
     from pipelines.ingest import quality
+    from pipelines.ingest.quality_pages import html_path, index_path
     from pipelines.runtime.options import CommonOptions, date_range
 
     s = settings_of(ctx)
@@ -142,15 +146,19 @@ def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, en
     engine = warehouse_of(ctx)
     with step("checking data quality"):
         reports = quality.check_partitions(engine, s.lake, s.catalog, dates, "dq-check")
+    from pipelines.runtime.options import date_ranges
+
+    passed = [r.day for r in reports if not r.failed_errors]
+    if passed:
+        rows = sum(r.rows for r in reports if not r.failed_errors)
+        out.print(f"passed: {date_ranges(passed)} ({len(passed)} date(s), {rows:,} rows)")
     for r in reports:
-        state = (
-            "accepted"
-            if r.accepted
-            else ("FAILED: " + ", ".join(r.failed_errors) if r.failed_errors else "passed")
-        )
-        out.print(f"{r.day}: {r.rows:,} rows, {state} ({quality.html_path(s.lake, r.day)})")
+        if r.failed_errors:
+            state = "accepted" if r.accepted else "FAILED: " + ", ".join(r.failed_errors)
+            out.print(f"{r.day}: {r.rows:,} rows, {state} ({html_path(s.lake, r.day)})")
     if not reports:
         raise UsageBillingError("no committed partition in those dates")
+    out.print(f"every checked date: {index_path(s.lake)}")
     quality.require_passed(reports, s.lake)
 
 
@@ -165,7 +173,7 @@ def dq_accept(
     from pipelines.runtime.options import parse_date
 
     engine = warehouse_of(ctx)
-    checks = quality.accept(engine, parse_date(date), reason)
+    checks = quality.accept_and_render(engine, settings_of(ctx).lake, parse_date(date), reason)
     out.print(
         f"accepted {', '.join(checks)} for {date}; rerun `usage-billing run-day --date {date}` to continue"
     )

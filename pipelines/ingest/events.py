@@ -50,6 +50,7 @@ from pipelines.ingest.units import (
     dedup_window,
     index_file,
     read_units,
+    require_landing,
     shard_file,
     sub_shards,
 )
@@ -309,6 +310,8 @@ def run(argv: list[str] | None = None, prepare: Prepare | None = None) -> Ingest
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
+    if prepare is None:  # a replay writes the files it reads first
+        require_landing(opts.landing, dates)
     try:
         with step_lock(engine, lake.ingest_lock(opts.lake)):
             require_lake(

@@ -127,12 +127,19 @@ def _not_a_regular_file(path: str) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
-    units: list[ReadUnit] = []
+def require_landing(landing_root: str, dates: list[dt.date]) -> None:
+    """Fail before anything is written (a new lake, a staging folder) when a landing date has no folder."""
     for day in dates:
         folder = lake.join(landing_root, day.isoformat())
         if not lake.folder_exists(folder):
             raise UsageBillingError(f"no landing folder for {day}: {folder}")
+
+
+def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
+    units: list[ReadUnit] = []
+    require_landing(landing_root, dates)
+    for day in dates:
+        folder = lake.join(landing_root, day.isoformat())
         for path in lake.list_files(folder, "*"):
             if os.path.basename(path).startswith("."):  # a producer's temporary file, not yet landed
                 continue

@@ -9,6 +9,7 @@ import typer
 
 from pipelines.runtime.console import (
     MonthOpt,
+    err,
     out,
     settings_of,
     step,
@@ -78,3 +79,9 @@ def invoices_export(
     out.print(
         f"{month}: {n['invoices']:,} documents, {n['lines']:,} lines, {n['html']:,} HTML pages in {out_dir}"
     )
+    if not n["invoices"]:
+        err.print(
+            f"warning: {month} has no numbered documents, so the files hold headers only: exports cover "
+            "finalized and void documents; drafts are numbered by "
+            f"`usage-billing invoices finalize --month {month}`"
+        )

@@ -46,7 +46,9 @@ LINE_COLUMNS = (
 )
 
 
-def export(engine: Engine, month: str, out: str | Path, fmt: str = "csv") -> dict[str, int]:
+def export(
+    engine: Engine, month: str, out: str | Path, fmt: str = "csv", html: bool = True
+) -> dict[str, int]:
     month = check_month(month)
     if fmt not in ("csv", "parquet"):
         raise UsageBillingError(f"--format must be csv or parquet, got {fmt!r}")
@@ -68,7 +70,7 @@ def export(engine: Engine, month: str, out: str | Path, fmt: str = "csv") -> dic
                 csv.write_csv(table, out / f"{name}.csv")
             else:
                 pq.write_table(table, out / f"{name}.parquet")
-        pages = write_html(out / "html", month, invoices, lines, pools)
+        pages = write_html(out / "html", month, invoices, lines, pools) if html else 0
     except OSError as exc:
         raise UsageBillingError(f"cannot write to {out}: {exc.strerror or exc}") from None
     return {"invoices": invoices.num_rows, "lines": lines.num_rows, "html": pages}

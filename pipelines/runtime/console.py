@@ -4,6 +4,7 @@ runs with and the warehouse it works on."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -15,9 +16,21 @@ from pipelines.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-# No markup: printed text carries ids and paths from users and files, and "[/]" in one is not a tag.
-err = Console(stderr=True, markup=False, highlight=False)
-out = Console(markup=False, highlight=False)
+
+def _console(stderr: bool) -> Console:
+    """No markup: printed text carries ids and paths from users and files, and "[/]" in one is not a
+    tag. On a terminal, Rich fits the text to its width; into a file or a pipe nothing is wrapped (a
+    line is one line for grep and for a log) and tables take the width their content needs."""
+    stream = sys.stderr if stderr else sys.stdout
+    terminal = hasattr(stream, "isatty") and stream.isatty()
+    if terminal:
+        return Console(stderr=stderr, markup=False, highlight=False)
+    return Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True, width=UNWRAPPED)
+
+
+UNWRAPPED = 400  # the width a table may take when the output is not a terminal
+err = _console(stderr=True)
+out = _console(stderr=False)
 
 BEAM = {"allow_extra_args": True, "ignore_unknown_options": True}
 DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-DD")]
@@ -47,5 +60,41 @@ def dates_argv(date: str | None, start: str | None, end: str | None) -> list[str
     return argv
 
 
-def step(label: str):  # type: ignore[no-untyped-def]
-    return err.status(Text(label, style="bold"), spinner="dots")
+def step(label: str, total: int | None = None):  # type: ignore[no-untyped-def]
+    """What a long command shows on a terminal while it runs (nothing into a file or a pipe): a
+    spinner with ``label``, or with ``total`` steps a bar that each ``update(name)`` advances."""
+    if total is None:
+        return err.status(Text(label, style="bold"), spinner="dots")
+    return _Steps(label, total)
+
+
+class _Steps:
+    def __init__(self, label: str, total: int) -> None:
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.label = label
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        )
+        self.task = self.progress.add_task(label, total=total)
+        self.started = False
+
+    def __enter__(self) -> _Steps:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def update(self, text: str) -> None:
+        """A new step starts: the bar counts the one before as done."""
+        if self.started:
+            self.progress.advance(self.task)
+        self.started = True
+        self.progress.update(self.task, description=text)

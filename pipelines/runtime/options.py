@@ -66,11 +66,43 @@ def parse_date(value: str, what: str = "date") -> dt.date:
     try:
         day = dt.date.fromisoformat(value)
     except (TypeError, ValueError):
-        raise UsageBillingError(f"invalid {what} {value!r}: expected YYYY-MM-DD") from None
+        raise UsageBillingError(f"invalid {what} {value!r}: {_why_not_a_date(value)}") from None
     problem = date_problem(day)
     if problem:
         raise UsageBillingError(f"{what} {day} {problem}")
     return day
+
+
+def _why_not_a_date(value: object) -> str:
+    """Why ``value`` is not a date: the wrong shape, or a day the calendar does not have."""
+    import re
+
+    shape = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", value) if isinstance(value, str) else None
+    if shape is None:
+        return "expected YYYY-MM-DD"
+    year, month, day = (int(g) for g in shape.groups())
+    if not 1 <= month <= 12:
+        return f"no such date: there is no month {month:02d}"
+    import calendar
+
+    days = calendar.monthrange(year, month)[1]
+    return f"no such date: {calendar.month_name[month]} {year} has days 01 to {days}, not {day:02d}"
+
+
+def contiguous(dates: list[dt.date]) -> list[list[dt.date]]:
+    """Split dates into sorted runs of consecutive days (one pipeline run per run of days)."""
+    runs: list[list[dt.date]] = []
+    for d in sorted(set(dates)):
+        if runs and (d - runs[-1][-1]).days == 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
+def date_ranges(dates: list[dt.date]) -> str:
+    """Sorted dates as consecutive ranges: ``2026-02-01..2026-04-03, 2026-05-07``."""
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}..{r[-1]}" for r in contiguous(dates))
 
 
 def date_range(opts: CommonOptions) -> list[dt.date]:

@@ -116,7 +116,7 @@ def vanished_warehouses() -> list[str]:
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; creates the folder of a local SQLite file. Fails with one clear line."""
+    """An engine for ``url`` (nothing is connected or created yet). Fails with one clear line."""
     if _unencoded_password(url):
         raise UsageBillingError(
             f"invalid database URL {redact(url)}: the user or password holds an unencoded '@'; "
@@ -126,8 +126,6 @@ def make_engine(url: str) -> Engine:
         parsed = make_url(url)
     except ArgumentError:
         raise UsageBillingError(f"invalid database URL: {redact(url)}") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "default"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:
@@ -143,7 +141,30 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
-def check_connection(engine: Engine) -> None:
+def sqlite_file(engine: Engine) -> Path | None:
+    """The file of a SQLite warehouse (None for PostgreSQL or an in-memory database)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or database in (None, "", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def check_connection(engine: Engine, create: bool = False) -> None:
+    """Connect once, or fail with one line. A SQLite warehouse that does not exist is created only
+    with ``create`` (``db upgrade``, the demo): any other command stops before it leaves an empty
+    file or folder behind."""
+    path = sqlite_file(engine)
+    if path is not None and not path.exists():
+        if not create:
+            raise UsageBillingError(
+                f"no warehouse at {path}: create it with `usage-billing db upgrade` (or pass --database-url)"
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageBillingError(
+                f"cannot create the warehouse folder {path.parent}: {exc.strerror}"
+            ) from None
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
@@ -170,11 +191,12 @@ def require_schema(engine: Engine) -> None:
         )
 
 
-def upgrade(engine: Engine) -> None:
+def upgrade(engine: Engine) -> list[str]:
+    """Apply every migration not applied yet (creating a new SQLite file); returns their revisions."""
     import migrations
 
-    check_connection(engine)
-    migrations.upgrade(engine)
+    check_connection(engine, create=True)
+    return migrations.upgrade(engine)
 
 
 def free_bytes(engine: Engine) -> int | None:

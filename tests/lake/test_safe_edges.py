@@ -19,25 +19,13 @@ from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine
 from pipelines.warehouse.locks import step_lock
 from schemas.warehouse import BillableUsage, IngestRun, Invoice, LakeBinding, RecomputeQueue, UsageDaily
-from tests.conftest import close_month, small_dates
+from tests.conftest import cli_args, close_month, small_dates
 
 DAYS = [d.isoformat() for d in small_dates()[:2]]
 
 
 def _cli(capsys, s: Settings, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
-    code = main(
-        [
-            "--config",
-            s.config,
-            "--database-url",
-            s.database_url,
-            "--lake",
-            s.lake,
-            "--landing",
-            s.landing,
-            *argv,
-        ]
-    )
+    code = main([*cli_args(s), *argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
