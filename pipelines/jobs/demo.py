@@ -1,7 +1,11 @@
 """``usage-billing demo``: the whole pipeline on generated data, with the embedded defaults.
 
-Generates the scenario (2026-02-01 .. 2026-09-30 by default, about 2M events), loads the accounts,
-ingests every landing date in one pipeline run, aggregates, and prints a summary.
+Generates the scenario (2026-02-01 .. 2026-09-30 by default, about 2.2M events), loads the accounts,
+ingests every landing date in one pipeline run, gates, aggregates and meters the whole range,
+invoices every month (the last stays open), exports August's documents (CSV, Parquet, HTML), writes
+the retirement report, prints a summary (``demo_summary``) and ends with what it wrote and the time
+per step. It runs the same step functions as ``run-day`` (``jobs/run_day.py``) on a new warehouse
+and new folders, and refuses ones that hold data it did not create.
 """
 
 from __future__ import annotations
@@ -10,97 +14,97 @@ import datetime as dt
 import os
 import shutil
 import time
-from collections import defaultdict
-from decimal import Decimal
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine
 
 from pipelines import lake
 from pipelines.errors import UsageBillingError
-from pipelines.ingest import events as ingest
 from pipelines.invoicing import documents as invoicing
+from pipelines.jobs import demo_summary as summary
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
 from pipelines.jobs.run_day import aggregate_step, gate_step, ingest_step, meter_runs
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
-from pipelines.warehouse.engine import make_engine, upgrade
-from schemas.warehouse import BillableUsage, ModelDaily, PoolUsage, UsageDaily
+from pipelines.warehouse.engine import make_engine, redact, upgrade
 
 MARKER = ".usage-billing-demo"
 START = dt.date(2026, 2, 1)
 
 
-def _reset(folder: str) -> None:
-    """Empty a demo folder; refuse to touch one that holds data the demo did not make."""
+def _check_folder(folder: str) -> None:
+    """Refuse a folder that is not local or holds data the demo did not make."""
     if not lake.is_local(folder):
         raise UsageBillingError(f"the demo runs on local folders only, not {folder}")
     if os.path.isdir(folder) and os.listdir(folder) and not os.path.exists(os.path.join(folder, MARKER)):
         raise UsageBillingError(
             f"{folder} holds data the demo did not create; point --lake/--landing elsewhere"
         )
+
+
+def _reset(folder: str) -> None:
+    """Empty a demo folder (checked by ``_check_folder`` first)."""
+    _check_folder(folder)
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     open(os.path.join(folder, MARKER), "w").close()
 
 
-def tokens_by_model_month(engine: Engine) -> dict[str, dict[str, int]]:
-    """model -> month (YYYY-MM) -> input + output tokens, from usage_daily."""
-    t = UsageDaily.__table__
-    stmt = select(t.c.model, t.c.day, func.sum(t.c.input_tokens + t.c.output_tokens)).group_by(
-        t.c.model, t.c.day
-    )
-    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    with engine.connect() as conn:
-        for model, day, tokens in conn.execute(stmt):
-            out[model][f"{day:%Y-%m}"] += int(tokens)
-    return out
+def _reset_warehouse(settings: Settings) -> None:
+    """Start the demo on a new warehouse: remove a SQLite file the demo made before (a marker file
+    beside it says so); refuse one that holds anything else, and any server database that is
+    already in use."""
+    from pipelines.warehouse.engine import sqlite_file
 
-
-def speed_by_model_tier(engine: Engine) -> list[dict]:
-    """Per model and tier: requests, overall output tokens/s, and the last 7 days' median and p95."""
-    u, m = UsageDaily.__table__, ModelDaily.__table__
-    overall = select(
-        u.c.model,
-        u.c.speed_tier,
-        func.sum(u.c.requests),
-        func.sum(u.c.timed_output_tokens),
-        func.sum(u.c.output_ms),
-    ).group_by(u.c.model, u.c.speed_tier)
-    with engine.connect() as conn:
-        last = conn.execute(select(func.max(m.c.day))).scalar_one()
-        if last is None:
-            return []
-        recent = conn.execute(
-            select(m.c.model, m.c.speed_tier, m.c.requests, m.c.median_output_tps, m.c.p95_output_tps).where(
-                m.c.day > last - dt.timedelta(days=7)
-            )
-        ).all()
-        rows = conn.execute(overall).all()
-    weighted: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
-    for model, tier, n, med, p95 in recent:
-        if med is not None:
-            weighted[(model, tier)].append((n, med, p95))
-    out = []
-    for model, tier, requests, tokens, ms in sorted(rows):
-        w = weighted.get((model, tier), [])
-        total = sum(n for n, _, _ in w)
-        out.append(
-            {
-                "model": model,
-                "tier": tier,
-                "requests": int(requests),
-                "tps": (tokens / (ms / 1000)) if ms else None,
-                "median": sum(n * med for n, med, _ in w) / total if total else None,
-                "p95": sum(n * p for n, _, p in w) / total if total else None,
-            }
+    engine = make_engine(settings.database_url)
+    path = sqlite_file(engine)
+    try:
+        if path is None:
+            if _in_use(engine):
+                raise UsageBillingError(
+                    f"the warehouse {redact(settings.database_url)} is in use; the demo needs a new one"
+                )
+            return
+    finally:
+        engine.dispose()
+    marker = path.with_name(f".{path.name}{MARKER}")
+    if path.exists() and not marker.exists():
+        raise UsageBillingError(
+            f"the warehouse {path} holds data the demo did not create; point --database-url elsewhere"
         )
-    return out
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+
+
+def _in_use(engine: Engine) -> bool:
+    import migrations
+    from pipelines.warehouse.engine import check_connection
+
+    check_connection(engine)
+    return migrations.current(engine) is not None
+
+
+STEPS = (
+    "warehouse schema",
+    "generate events",
+    "load accounts",
+    "ingest",
+    "data quality",
+    "aggregate usage",
+    "meter quota pools",
+    "invoices",
+    "invoice exports",
+    "retirement report",
+)
+# The demo's days hold about 9,000 events: 2 dedup shards (files per day) instead of the default 8,
+# which is sized for days of millions. A lake's shard count is fixed when it is created.
+DEMO_SHARDS = 2
+REPORT_AS_OF = dt.date(2026, 8, 24)  # the week the fast model's retirement was weighed, in the scenario
 
 
 def run_demo(
@@ -114,70 +118,62 @@ def run_demo(
     out: Console,
     err: Console,
 ) -> None:
+    from pipelines.adoption.retirement import run as retirement_report
+    from pipelines.ingest.quality_pages import index_path
+    from pipelines.invoicing.export import export
+
     began = time.perf_counter()
     catalog = settings.catalog
     cfg = GeneratorConfig(start=START, days=days, accounts=accounts, events_per_day=events_per_day, seed=seed)
     dates = [cfg.start + dt.timedelta(days=i) for i in range(days)]
     engine = make_engine(settings.database_url)
-    steps = [
-        "warehouse schema",
-        "generate events",
-        "load accounts",
-        "ingest",
-        "data quality",
-        "aggregate usage",
-        "meter quota pools",
-        "invoices",
-    ]
+    timings: dict[str, float] = {}
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
         TimeElapsedColumn(),
         console=err,
-        transient=False,
+        transient=True,  # on a terminal the bar goes away; the summary at the end says what ran
+        disable=not err.is_terminal,
     )
     with progress:
-        overall = progress.add_task("demo", total=len(steps))
-
-        timings: dict[str, float] = {}
+        overall = progress.add_task("demo", total=len(STEPS))
         clock = {"name": "", "since": time.perf_counter()}
 
         def step(name: str) -> None:
             now = time.perf_counter()
             if clock["name"]:
                 timings[clock["name"]] = now - clock["since"]
+                progress.advance(overall)
             clock.update(name=name.split(" (")[0], since=now)
             progress.update(overall, description=f"demo: {name}")
 
-        step(steps[0])
+        step(STEPS[0])
+        for folder in (settings.landing, settings.lake, settings.exports, settings.reports):
+            _check_folder(folder)
+        _reset_warehouse(settings)
         upgrade(engine)
-        progress.advance(overall)
-        step(steps[1])
-        _reset(settings.landing)
-        _reset(settings.lake)
+        step(STEPS[1])
+        for folder in (settings.landing, settings.lake, settings.exports, settings.reports):
+            _reset(folder)
         gen = generate(catalog, cfg)
         write_landing(gen, cfg, settings.landing)
-        progress.advance(overall)
-        step(steps[2])
+        step(STEPS[2])
         load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
-        progress.advance(overall)
-        step(f"{steps[3]} ({days} landing days, {gen.events.num_rows:,} rows)")
-        result, _, _ = ingest_step(settings, dates, beam_args)
-        progress.advance(overall)
-        step(steps[4])
+        step(f"{STEPS[3]} ({days} landing days, {gen.events.num_rows:,} rows)")
+        shards = [] if any(a.startswith("--shards") for a in beam_args) else ["--shards", str(DEMO_SHARDS)]
+        result, _ = ingest_step(settings, dates, [*beam_args, *shards])
+        step(STEPS[4])
         reports = gate_step(settings, dates, result.run_id)
-        progress.advance(overall)
-        step(steps[5])
+        step(STEPS[5])
         aggregate_step(settings, dates, beam_args)
-        progress.advance(overall)
-        step(steps[6])
+        step(STEPS[6])
         # One local day on each side, so that events of the UTC range on accounts' local Jan 31 and
         # Oct 1 are metered too (the reconciliation then accounts for every token).
         local = [dates[0] - dt.timedelta(days=1), *dates, dates[-1] + dt.timedelta(days=1)]
         meter_runs(settings, local, beam_args)
-        progress.advance(overall)
-        step(steps[7])
+        step(STEPS[7])
         months = sorted({d.strftime("%Y-%m") for d in dates})
         open_months: list[str] = []
         for month in months:  # the last month is still open (its grace days have not landed): drafts only
@@ -185,207 +181,65 @@ def run_demo(
                 open_months.append(month)
             else:
                 invoicing.finalize(engine, catalog, month)
-        progress.advance(overall)
+        step(STEPS[8])
+        closed = [m for m in months if m not in open_months]
+        exports = Path(settings.exports) / closed[-1] if closed else None
+        if exports is not None:
+            export(engine, closed[-1], exports, "csv")
+            export(engine, closed[-1], exports, "parquet", html=False)
+        step(STEPS[9])
+        as_of = min(REPORT_AS_OF, dates[-1])
+        report_dir = Path(settings.reports) / as_of.isoformat()
+        try:
+            report: dict | None = retirement_report(engine, catalog, as_of, report_dir, settings.lake)
+            no_report = ""
+        except UsageBillingError as exc:  # a short demo (--days) has too few weeks for the detector
+            report, no_report = None, str(exc)
         step("done")
-    _summary(out, result, tokens_by_model_month(engine), time.perf_counter() - began)
-    out.print(
-        "time per step: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()),
-        soft_wrap=True,  # one line, for benchmarks.demo to read
-    )
-    _speed(out, speed_by_model_tier(engine))
-    _quota(out, engine)
-    _backup_tank(out, engine, settings)
-    _why_charged(out, engine, settings)
-    _invoices(out, engine, months, catalog.currency)
+    summary.ingest_and_tokens(out, result, summary.tokens_by_model_month(engine))
+    summary.speed(out, summary.speed_by_model_tier(engine))
+    summary.quota(out, engine)
+    summary.backup_tank(out, engine, settings)
+    summary.why_charged(out, engine, settings)
+    summary.invoices(out, engine, months, catalog.currency)
     for month in open_months:
         out.print(
             f"{month} is still open (the landing days of its grace for late data are not ingested): "
-            "drafted as open-month drafts, which are never finalized",
-            soft_wrap=True,
+            "drafted as open-month drafts, which are never finalized"
         )
     failed = [r for r in reports if r.failed_errors]
     out.print(
         f"data quality: {len(reports)} partitions checked, {len(failed)} failed"
         + (f" ({', '.join(str(r.day) for r in failed[:5])})" if failed else "")
-        + f"; reports under {lake.join(settings.lake, 'dq')}"
     )
-    engine.dispose()
-
-
-def _invoices(out: Console, engine: Engine, months: list[str], currency: str) -> None:
-    """Finalized revenue per month by speed tier (from the finance views) and the reconciliation."""
-    with engine.connect() as conn:
-        revenue = conn.execute(
-            text(
-                "SELECT month, speed_tier, sum(revenue) FROM finance_revenue_by_model_tier "
-                "GROUP BY month, speed_tier"
-            )
-        ).all()
-        docs = dict(
-            conn.execute(
-                text(
-                    "SELECT period, count(*) FROM finance_invoice_summary "
-                    "WHERE status = 'finalized' GROUP BY 1"
-                )
-            ).all()
-        )
-        fees = dict(
-            conn.execute(
-                text(
-                    "SELECT period, sum(plan_fee_amount) FROM finance_invoice_summary "
-                    "WHERE NOT open_month GROUP BY 1"  # an open month's drafts are not invoices yet
-                )
-            ).all()
-        )
-        recon = {r.month: r for r in conn.execute(text("SELECT * FROM finance_reconciliation"))}
-    by = defaultdict(dict)
-    for month, tier, amount in revenue:
-        by[month][tier] = Decimal(str(amount))
-    table = Table(
-        title=f"Finalized invoices ({currency}): usage revenue by tier; off = tokens not reconciled",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    for col in (
-        "month",
-        "invoices",
-        "plan fees",
-        "standard",
-        "priority",
-        "ultrafast",
-        "uf share",
-        "off",
-    ):
-        table.add_column(col, justify="left" if col == "month" else "right", no_wrap=True)
-    for month in months:
-        tiers = by.get(month, {})
-        usage = sum(tiers.values(), Decimal(0))
-        fast = tiers.get("ultrafast", Decimal(0))
-        r = recon.get(month)
-        off = (r.unmetered_tokens + r.uninvoiced_tokens) if r is not None else 0
-        table.add_row(
-            month,
-            f"{docs.get(month, 0):,}",
-            f"{Decimal(str(fees.get(month) or 0)):,.0f}",
-            *(f"{tiers.get(t, Decimal(0)):,.0f}" for t in ("standard", "priority", "ultrafast")),
-            f"{fast / usage:.1%}" if usage else "-",
-            f"{off:,}",
-        )
-    out.print(table)
-
-
-def _quota(out: Console, engine: Engine) -> None:
-    b, p = BillableUsage.__table__, PoolUsage.__table__
-    with engine.connect() as conn:
-        inc, over = conn.execute(select(func.sum(b.c.included_tokens), func.sum(b.c.overage_tokens))).one()
-        balances = conn.execute(select(func.count()).select_from(p)).scalar_one()
-        exhausted = conn.execute(
-            select(p.c.pool, func.count(), func.count(p.c.exhausted_at)).group_by(p.c.pool)
-        ).all()
-    inc, over = int(inc or 0), int(over or 0)
-    share = inc / (inc + over) if inc + over else 0
+    outputs: list[tuple[str, object]] = []
+    if report is not None:
+        flagged = [m["model"] for m in report["models"] if m["flagged"]]
+        out.print(f"retirement report as of {as_of}: candidates {', '.join(flagged) or 'none'}")
+        outputs.append(("retirement report", report_dir / "report.html"))
+    else:
+        out.print(f"no retirement report: {no_report}")
+    outputs.append(("data quality, every date", index_path(settings.lake)))
+    if exports is not None:
+        outputs += [
+            (f"customer invoices {closed[-1]} (one page per account)", exports / "html"),
+            (f"invoices {closed[-1]} (CSV)", exports / "invoices.csv"),
+            (f"invoice lines {closed[-1]} (CSV)", exports / "invoice_lines.csv"),
+            (f"invoices and lines {closed[-1]} (Parquet)", exports / "invoices.parquet"),
+        ]
+    if report is not None:
+        outputs.append(("retirement report (JSON, Markdown)", report_dir / "report.json"))
+    outputs += [
+        ("warehouse (SQL: the finance_* views)", redact(settings.database_url)),
+        ("lake", settings.lake),
+    ]
+    out.print("")
+    out.print("outputs:")
+    width = max(len(name) for name, _ in outputs)
+    for name, path in outputs:
+        out.print(f"  {name:<{width}}  {path}")
     out.print(
-        f"quota: {balances:,} pool balances, {inc / 1e9:,.1f}B tokens included ({share:.0%}), "
-        f"{over / 1e9:,.1f}B overage; exhausted: "
-        + ", ".join(f"{pool} {n_ex:,} of {n:,}" for pool, n, n_ex in sorted(exhausted))
+        "time per step: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()),
     )
-
-
-def _backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
-    """For each model with its own pool: share of its weekly use while the main pool was exhausted."""
-
-    from billing.plan import own_pool_models
-    from pipelines.quota.show import backup_tank
-
-    for model in own_pool_models(settings.catalog):
-        weekly = backup_tank(engine, settings.lake, settings.catalog, model)
-        table = Table(
-            title=f"{model}: use while the main pool was exhausted (backup tank)",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-        )
-        for col in ("week", "accounts", "of them backup", "token share backup"):
-            table.add_column(col, justify="left" if col == "week" else "right", no_wrap=True)
-        for r in weekly.to_pylist()[::4] + weekly.to_pylist()[-1:]:
-            share = r["backup_tokens"] / r["tokens"] if r["tokens"] else 0
-            table.add_row(
-                str(r["week_start"]), f"{r['accounts']:,}", f"{r['backup_accounts']:,}", f"{share:.0%}"
-            )
-        out.print(table)
-
-
-def _why_charged(out: Console, engine: Engine, settings: Settings) -> None:
-    """The last event that ran a model's own pool dry, explained as support sees it."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from pipelines.quota.explain import explain_event, render
-    from pipelines.quota.show import as_utc
-    from schemas.events import LAKE_SCHEMA
-
-    own = sorted(
-        {pool.id for plan in settings.catalog.plans for pool in plan.pools if "*" not in pool.models}
-    )
-    p = PoolUsage.__table__
-    with engine.connect() as conn:
-        row = conn.execute(
-            select(p.c.account_id, p.c.exhausted_at)
-            .where(p.c.pool.in_(own), p.c.exhausted_at.is_not(None))
-            .order_by(p.c.exhausted_at.desc())
-            .limit(1)
-        ).first()
-    if row is None:
-        return
-    when = as_utc(row.exhausted_at)
-    assert when is not None
-    events = lake.scan(
-        lake.list_files(lake.partition(settings.lake, lake.EVENTS, when.date())),
-        ["event_id"],
-        (pc.field("account_id") == row.account_id) & (pc.field("event_time") == pa.scalar(when)),
-        LAKE_SCHEMA,
-    )
-    if not events.num_rows:
-        return
-    event_id = events["event_id"][0].as_py()
-    out.print(f"why was this charged? `usage-billing quota explain --event-id {event_id}`:", soft_wrap=True)
-    charge = explain_event(engine, settings.lake, settings.catalog, event_id, when.date())
-    for line in render(charge):
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def _speed(out: Console, rows: list[dict]) -> None:
-    table = Table(
-        title="Output speed (tokens/s) by model and speed tier", box=box.SIMPLE_HEAD, pad_edge=False
-    )
-    for col in ("model", "tier", "requests", "overall", "median 7d", "p95 7d"):
-        table.add_column(col, justify="left" if col in ("model", "tier") else "right", no_wrap=True)
-    for r in rows:
-        table.add_row(
-            r["model"],
-            r["tier"],
-            f"{r['requests']:,}",
-            *(f"{r[k]:,.0f}" if r[k] is not None else "-" for k in ("tps", "median", "p95")),
-        )
-    out.print(table)
-
-
-def _summary(
-    out: Console, result: ingest.IngestResult, tokens: dict[str, dict[str, int]], seconds: float
-) -> None:
-    counts = Table(title="Ingest", box=box.SIMPLE_HEAD)
-    for col in ("rows read", "ingested", "quarantined", "duplicates"):
-        counts.add_column(col, justify="right")
-    counts.add_row(*(f"{result.total(k):,}" for k in ("rows_read", "clean", "quarantined", "duplicates")))
-    out.print(counts)
-    months = sorted({m for per in tokens.values() for m in per})
-    title = "Tokens (input + output) per model per month, millions"
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("model", no_wrap=True)
-    for m in months:
-        table.add_column(dt.date.fromisoformat(f"{m}-01").strftime("%b\n%Y"), justify="right", no_wrap=True)
-    for model in sorted(tokens):
-        table.add_row(
-            model, *(f"{tokens[model][m] / 1e6:.0f}" if tokens[model].get(m) else "-" for m in months)
-        )
-    out.print(table)
-    out.print(f"demo finished in {seconds:.0f} s; warehouse and lake as configured (see --help)")
+    out.print(f"demo finished in {time.perf_counter() - began:.0f} s")
+    engine.dispose()

@@ -1,0 +1,257 @@
+"""What the demo prints at its end: ingest counts, tokens per model and month, output speed, quota,
+the backup tank, one charge explained, the invoices by speed tier and the reconciliation's gaps."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from decimal import Decimal
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine, func, select, text
+
+from pipelines import lake
+from pipelines.ingest import events as ingest
+from pipelines.settings import Settings
+from schemas.warehouse import BillableUsage, ModelDaily, PoolUsage, UsageDaily
+
+
+def tokens_by_model_month(engine: Engine) -> dict[str, dict[str, int]]:
+    """model -> month (YYYY-MM) -> input + output tokens, from usage_daily."""
+    t = UsageDaily.__table__
+    stmt = select(t.c.model, t.c.day, func.sum(t.c.input_tokens + t.c.output_tokens)).group_by(
+        t.c.model, t.c.day
+    )
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    with engine.connect() as conn:
+        for model, day, tokens in conn.execute(stmt):
+            out[model][f"{day:%Y-%m}"] += int(tokens)
+    return out
+
+
+def speed_by_model_tier(engine: Engine) -> list[dict]:
+    """Per model and tier: requests, overall output tokens/s, and the last 7 days' median and p95."""
+    u, m = UsageDaily.__table__, ModelDaily.__table__
+    overall = select(
+        u.c.model,
+        u.c.speed_tier,
+        func.sum(u.c.requests),
+        func.sum(u.c.timed_output_tokens),
+        func.sum(u.c.output_ms),
+    ).group_by(u.c.model, u.c.speed_tier)
+    with engine.connect() as conn:
+        last = conn.execute(select(func.max(m.c.day))).scalar_one()
+        if last is None:
+            return []
+        recent = conn.execute(
+            select(m.c.model, m.c.speed_tier, m.c.requests, m.c.median_output_tps, m.c.p95_output_tps).where(
+                m.c.day > last - dt.timedelta(days=7)
+            )
+        ).all()
+        rows = conn.execute(overall).all()
+    weighted: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
+    for model, tier, n, med, p95 in recent:
+        if med is not None:
+            weighted[(model, tier)].append((n, med, p95))
+    out = []
+    for model, tier, requests, tokens, ms in sorted(rows):
+        w = weighted.get((model, tier), [])
+        total = sum(n for n, _, _ in w)
+        out.append(
+            {
+                "model": model,
+                "tier": tier,
+                "requests": int(requests),
+                "tps": (tokens / (ms / 1000)) if ms else None,
+                "median": sum(n * med for n, med, _ in w) / total if total else None,
+                "p95": sum(n * p for n, _, p in w) / total if total else None,
+            }
+        )
+    return out
+
+
+def invoices(out: Console, engine: Engine, months: list[str], currency: str) -> None:
+    """Finalized revenue per month by speed tier (from the finance views) and the reconciliation."""
+    with engine.connect() as conn:
+        revenue = conn.execute(
+            text(
+                "SELECT month, speed_tier, sum(revenue) FROM finance_revenue_by_model_tier "
+                "GROUP BY month, speed_tier"
+            )
+        ).all()
+        docs = dict(
+            conn.execute(
+                text(
+                    "SELECT period, count(*) FROM finance_invoice_summary "
+                    "WHERE status = 'finalized' GROUP BY 1"
+                )
+            ).all()
+        )
+        fees = dict(
+            conn.execute(
+                text(
+                    "SELECT period, sum(plan_fee_amount) FROM finance_invoice_summary "
+                    "WHERE NOT open_month GROUP BY 1"  # an open month's drafts are not invoices yet
+                )
+            ).all()
+        )
+        gaps = conn.execute(
+            text(
+                "SELECT month, step, tokens, close_with FROM finance_reconciliation_gaps ORDER BY month, step"
+            )
+        ).all()
+    by = defaultdict(dict)
+    for month, tier, amount in revenue:
+        by[month][tier] = Decimal(str(amount))
+    table = Table(
+        title=f"Finalized invoices ({currency}): usage revenue by speed tier; gap: tokens not on a document",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for col in (
+        "month",
+        "invoices",
+        "plan fees",
+        "standard",
+        "priority",
+        "ultrafast",
+        "uf share",
+        "gap",
+    ):
+        table.add_column(col, justify="left" if col == "month" else "right", no_wrap=True)
+    for month in months:
+        tiers = by.get(month, {})
+        usage = sum(tiers.values(), Decimal(0))
+        fast = tiers.get("ultrafast", Decimal(0))
+        off = sum(int(g.tokens) for g in gaps if g.month == month)
+        table.add_row(
+            month,
+            f"{docs.get(month, 0):,}",
+            f"{Decimal(str(fees.get(month) or 0)):,.0f}",
+            *(f"{tiers.get(t, Decimal(0)):,.0f}" for t in ("standard", "priority", "ultrafast")),
+            f"{fast / usage:.1%}" if usage else "-",
+            f"{off:,}",
+        )
+    out.print(table)
+    shown = set(months)
+    for g in gaps:
+        where = "" if g.month in shown else " (a partial month at the edge of the demo's range)"
+        out.print(
+            f"reconciliation gap: {g.month}{where}, step {g.step}: {int(g.tokens):,} tokens; {g.close_with}"
+        )
+
+
+def quota(out: Console, engine: Engine) -> None:
+    b, p = BillableUsage.__table__, PoolUsage.__table__
+    with engine.connect() as conn:
+        inc, over = conn.execute(select(func.sum(b.c.included_tokens), func.sum(b.c.overage_tokens))).one()
+        balances = conn.execute(select(func.count()).select_from(p)).scalar_one()
+        exhausted = conn.execute(
+            select(p.c.pool, func.count(), func.count(p.c.exhausted_at)).group_by(p.c.pool)
+        ).all()
+    inc, over = int(inc or 0), int(over or 0)
+    share = inc / (inc + over) if inc + over else 0
+    out.print(
+        f"quota: {balances:,} pool balances, {inc / 1e9:,.1f}B tokens included ({share:.0%}), "
+        f"{over / 1e9:,.1f}B overage; exhausted: "
+        + ", ".join(f"{pool} {n_ex:,} of {n:,}" for pool, n, n_ex in sorted(exhausted))
+    )
+
+
+def backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
+    """For each model with its own pool: share of its weekly use while the main pool was exhausted."""
+
+    from billing.plan import own_pool_models
+    from pipelines.quota.show import backup_tank
+
+    for model in own_pool_models(settings.catalog):
+        weekly = backup_tank(engine, settings.lake, settings.catalog, model)
+        table = Table(
+            title=f"{model}: use while the main pool was exhausted (backup tank)",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        for col in ("week", "accounts", "of them backup", "token share backup"):
+            table.add_column(col, justify="left" if col == "week" else "right", no_wrap=True)
+        for r in weekly.to_pylist()[::4] + weekly.to_pylist()[-1:]:
+            share = r["backup_tokens"] / r["tokens"] if r["tokens"] else 0
+            table.add_row(
+                str(r["week_start"]), f"{r['accounts']:,}", f"{r['backup_accounts']:,}", f"{share:.0%}"
+            )
+        out.print(table)
+
+
+def why_charged(out: Console, engine: Engine, settings: Settings) -> None:
+    """The last event that ran a model's own pool dry, explained as support sees it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pipelines.quota.explain import explain_event, render
+    from pipelines.quota.show import as_utc
+    from schemas.events import LAKE_SCHEMA
+
+    own = sorted(
+        {pool.id for plan in settings.catalog.plans for pool in plan.pools if "*" not in pool.models}
+    )
+    p = PoolUsage.__table__
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(p.c.account_id, p.c.exhausted_at)
+            .where(p.c.pool.in_(own), p.c.exhausted_at.is_not(None))
+            .order_by(p.c.exhausted_at.desc())
+            .limit(1)
+        ).first()
+    if row is None:
+        return
+    when = as_utc(row.exhausted_at)
+    assert when is not None
+    events = lake.scan(
+        lake.list_files(lake.partition(settings.lake, lake.EVENTS, when.date())),
+        ["event_id"],
+        (pc.field("account_id") == row.account_id) & (pc.field("event_time") == pa.scalar(when)),
+        LAKE_SCHEMA,
+    )
+    if not events.num_rows:
+        return
+    event_id = events["event_id"][0].as_py()
+    out.print(f"why was this charged? `usage-billing quota explain --event-id {event_id}`:", soft_wrap=True)
+    charge = explain_event(engine, settings.lake, settings.catalog, event_id, when.date())
+    for line in render(charge):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def speed(out: Console, rows: list[dict]) -> None:
+    table = Table(
+        title="Output speed (tokens/s) by model and speed tier", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    for col in ("model", "tier", "requests", "overall", "median 7d", "p95 7d"):
+        table.add_column(col, justify="left" if col in ("model", "tier") else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r["model"],
+            r["tier"],
+            f"{r['requests']:,}",
+            *(f"{r[k]:,.0f}" if r[k] is not None else "-" for k in ("tps", "median", "p95")),
+        )
+    out.print(table)
+
+
+def ingest_and_tokens(out: Console, result: ingest.IngestResult, tokens: dict[str, dict[str, int]]) -> None:
+    counts = Table(title="Ingest", box=box.SIMPLE_HEAD)
+    for col in ("rows read", "ingested", "quarantined", "duplicates"):
+        counts.add_column(col, justify="right")
+    counts.add_row(*(f"{result.total(k):,}" for k in ("rows_read", "clean", "quarantined", "duplicates")))
+    out.print(counts)
+    months = sorted({m for per in tokens.values() for m in per})
+    title = "Tokens (input + output) per model per month, millions"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("model", no_wrap=True)
+    for m in months:
+        table.add_column(dt.date.fromisoformat(f"{m}-01").strftime("%b\n%Y"), justify="right", no_wrap=True)
+    for model in sorted(tokens):
+        table.add_row(
+            model, *(f"{tokens[model][m] / 1e6:.0f}" if tokens[model].get(m) else "-" for m in months)
+        )
+    out.print(table)

@@ -1,0 +1,126 @@
+"""A new user's first contact, as the README tells it: in a fresh folder, the demo (what `make demo`
+runs once `.venv` exists), then the step-by-step commands in the order the README lists them. Every
+output the README and the demo name exists, and the step-by-step run leaves the warehouse
+consistent: nothing waits in the recompute queue, and a `run-day` afterwards takes one date."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+COMMAND = str(Path(sys.executable).with_name("usage-billing"))
+
+
+def _readme_blocks() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    return [block.strip().splitlines() for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)]
+
+
+def _fresh(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    shutil.copytree(ROOT / "config", folder / "config")  # what a clone has beside the code
+    return folder
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GX_ANALYTICS_ENABLED": "false"}
+    for name in (
+        "USAGE_BILLING_DATABASE_URL",
+        "USAGE_BILLING_LAKE",
+        "USAGE_BILLING_LANDING",
+        "USAGE_BILLING_CONFIG",
+    ):
+        env.pop(name, None)  # the embedded defaults, as a new user has them
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def test_the_demo_writes_every_output_the_readme_names(tmp_path):
+    first = _readme_blocks()[0]
+    assert first == ["make demo", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "demo: venv\n\t$(BIN)/usage-billing demo\n" in makefile  # what `make demo` runs after the install
+    folder = _fresh(tmp_path, "demo")
+    out = _run([COMMAND, "demo"], folder).stdout
+    listed = out.split("\noutputs:\n", 1)[1].split("\ntime per step:", 1)[0]
+    written = [
+        [x.strip() for x in line.strip().rsplit("  ", 1)] for line in listed.splitlines() if line.strip()
+    ]
+    for name, path in written:
+        if not path.startswith("sqlite"):
+            assert (folder / path).exists(), (name, path)
+    assert [name for name, _ in written][:3] == [
+        "retirement report",
+        "data quality, every date",
+        "customer invoices 2026-08 (one page per account)",
+    ]
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("\noutputs:\n", 1)[1].split("```", 1)[0]
+    for line in shown.splitlines():
+        if line.strip() and line.strip() != "...":
+            assert line in listed, line  # the README's excerpt is what the demo prints
+    html = list((folder / "data" / "exports" / "2026-08" / "html").glob("*.html"))
+    assert len(html) > 1000
+    for name in ("invoices.csv", "invoice_lines.csv", "invoices.parquet", "invoice_lines.parquet"):
+        assert (folder / "data" / "exports" / "2026-08" / name).stat().st_size > 1000
+    assert {p.name for p in (folder / "data" / "reports" / "2026-08-24").iterdir()} >= {
+        "report.html",
+        "report.json",
+        "report.md",
+    }
+    assert out.rstrip().splitlines()[-1].startswith("demo finished in ")
+    assert "…" not in out  # Rich cuts a cell that does not fit with an ellipsis: none here
+    with sqlite3.connect(folder / "data" / "warehouse.db") as db:
+        assert db.execute("SELECT count(*) FROM recompute_queue").fetchone() == (0,)
+        read, clean, quarantined, dups = db.execute(
+            "SELECT sum(rows_read), sum(clean), sum(quarantined), sum(duplicates) FROM ingest_runs"
+        ).fetchone()
+        usage = db.execute(
+            "SELECT sum(input_tokens + cached_input_tokens + output_tokens) FROM usage_daily"
+        ).fetchone()[0]
+        assert db.execute(
+            "SELECT count(*) FROM dq_results WHERE NOT success AND level = 'error'"
+        ).fetchone() == (0,)
+    # The invariants: every row read is clean, quarantined or a duplicate; the lake's tokens are the
+    # usage tables' tokens.
+    assert read == clean + quarantined + dups > 2_000_000
+    events = ds.dataset(str(folder / "data" / "lake" / "events"), format="parquet").to_table(
+        columns=["input_tokens", "cached_input_tokens", "output_tokens"]
+    )
+    assert events.num_rows == clean
+    assert usage == sum(pc.sum(events[c]).as_py() for c in events.column_names)
+    assert "this event used its last tokens" in out  # support's view of a charge
+
+
+def test_the_step_by_step_example_runs_as_written_and_leaves_nothing_queued(tmp_path):
+    steps = next(b for b in _readme_blocks() if b and b[0].endswith("usage-billing db upgrade"))
+    folder = _fresh(tmp_path, "steps")
+    for line in steps:
+        argv = shlex.split(line)
+        assert argv[0] == ".venv/bin/usage-billing", line  # the README's commands, in its order
+        _run([COMMAND, *argv[1:]], folder)
+    db = folder / "data" / "warehouse.db"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM recompute_queue").fetchone() == (0,)
+        assert conn.execute("SELECT count(DISTINCT day) FROM usage_daily").fetchone() == (30,)
+        assert conn.execute("SELECT count(*) FROM billable_usage").fetchone()[0] > 0
+    assert (folder / "data" / "lake" / "dq" / "index.html").exists()
+    # The README's next step: a run-day of a landing date takes that date only.
+    again = _run([COMMAND, "run-day", "--date", "2026-03-02"], folder).stdout
+    assert "aggregated 1 date(s): 2026-03-02" in again
