@@ -109,6 +109,7 @@ def invoices(out: Console, engine: Engine, months: list[str], currency: str) -> 
         title=f"Finalized invoices ({currency}): usage revenue by speed tier; gap: tokens not on a document",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
+        collapse_padding=True,  # 76 columns: fits a terminal of 80
     )
     for col in (
         "month",

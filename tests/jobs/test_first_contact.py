@@ -106,6 +106,35 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
     assert events.num_rows == clean
     assert usage == sum(pc.sum(events[c]).as_py() for c in events.column_names)
     assert "this event used its last tokens" in out  # support's view of a charge
+    _fits_a_terminal_of_80_columns(folder)
+
+
+def _fits_a_terminal_of_80_columns(folder: Path) -> None:
+    """On a terminal the demo's tables take its width: at 80 columns none is cut."""
+    import io
+
+    from rich.console import Console
+
+    from pipelines.jobs import demo_summary
+    from pipelines.settings import Settings
+    from pipelines.warehouse.engine import make_engine
+
+    settings = Settings(
+        str(folder / "config" / "catalog.toml"),
+        f"sqlite:///{folder / 'data' / 'warehouse.db'}",
+        str(folder / "data" / "lake"),
+        str(folder / "data" / "landing"),
+    )
+    engine = make_engine(settings.database_url)
+    screen = io.StringIO()
+    console = Console(file=screen, width=80, force_terminal=True, markup=False, highlight=False)
+    months = [f"2026-{m:02d}" for m in range(2, 10)]
+    demo_summary.invoices(console, engine, months, "USD")
+    demo_summary.speed(console, demo_summary.speed_by_model_tier(engine))
+    demo_summary.backup_tank(console, engine, settings)
+    engine.dispose()
+    shown = screen.getvalue()
+    assert "2026-08" in shown and "ultrafast" in shown and "…" not in shown, shown
 
 
 def test_the_step_by_step_example_runs_as_written_and_leaves_nothing_queued(tmp_path):

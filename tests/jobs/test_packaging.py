@@ -55,7 +55,18 @@ def test_the_wheel_alone_installs_a_working_command(tmp_path):
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
     python, command = venv / "bin" / "python", venv / "bin" / "usage-billing"
     _run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)], tmp_path, env
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        tmp_path,
+        env,
     )
 
     work = tmp_path / "work"
