@@ -34,6 +34,7 @@ from pipelines.ingest.quality_gx import (
     Gate,
     Part,
     PartitionReport,
+    footer_rows,
     history,
 )
 from pipelines.runtime import faults
@@ -60,9 +61,9 @@ def _batches(lake_root: str, days: list[dt.date], weeks: int) -> list[list[tuple
     for day in days:
         files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
         if not files:
+            counts[day] = None  # a later date's history need not list it again
             continue
-        rows = sum(lake.open_parquet(f).metadata.num_rows for f in files)
-        counts[day] = rows
+        rows = counts[day] = footer_rows(files)
         if size and size + rows > BATCH_ROWS:
             batches.append([])
             size = 0

@@ -85,9 +85,8 @@ class Part:
         return float(statistics.median(self.history)) if len(self.history) >= MIN_HISTORY else None
 
 
-def partition_rows(lake_root: str, day: dt.date) -> int:
-    """Rows of a committed partition, from the Parquet footers (no data read)."""
-    files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
+def footer_rows(files: list[str]) -> int:
+    """Rows of a partition's files, from their Parquet footers (no data read)."""
     return sum(lake.open_parquet(f).metadata.num_rows for f in files)
 
 
@@ -99,7 +98,7 @@ def history(lake_root: str, day: dt.date, weeks: int, rows: dict[dt.date, int | 
         past = day - dt.timedelta(days=7 * k)
         if past not in rows:
             files = lake.list_files(lake.partition(lake_root, lake.EVENTS, past))
-            rows[past] = sum(lake.open_parquet(f).metadata.num_rows for f in files) if files else None
+            rows[past] = footer_rows(files) if files else None
         if rows[past] is not None:
             out.append(rows[past])
     return tuple(out)
