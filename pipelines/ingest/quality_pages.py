@@ -139,9 +139,11 @@ def write_page(lake_root: str, report) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def _stored(
-    engine: Engine,
-) -> tuple[dict[dt.date, list[Row]], dict[dt.date, list[dict]], dict[dt.date, dt.datetime]]:
+# Per date: its checks' rows, its acceptances, when it was checked.
+Stored = tuple[dict[dt.date, list[Row]], dict[dt.date, list[dict]], dict[dt.date, dt.datetime]]
+
+
+def _stored(engine: Engine) -> Stored:
     r, a = DqResult.__table__, DqAcceptance.__table__
     rows: dict[dt.date, list[Row]] = defaultdict(list)
     checked: dict[dt.date, dt.datetime] = {}
@@ -171,15 +173,17 @@ def _rows_total(rows: list[Row]) -> int | None:
 
 def render_stored(engine: Engine, lake_root: str, day: dt.date) -> None:
     """Rewrite ``day``'s page and the index from the warehouse (after an acceptance)."""
-    rows, accepted, _ = _stored(engine)
+    stored = _stored(engine)
+    rows, accepted, _ = stored
     if rows.get(day):
         _write(html_path(lake_root, day), page(day, rows[day], accepted.get(day, []), _rows_total(rows[day])))
-    write_index(engine, lake_root)
+    write_index(engine, lake_root, stored)
 
 
-def write_index(engine: Engine, lake_root: str) -> None:
-    """``<lake>/dq/index.html``: every checked date, newest first, its status, rows, failures, link."""
-    rows, accepted, checked = _stored(engine)
+def write_index(engine: Engine, lake_root: str, stored: Stored | None = None) -> None:
+    """``<lake>/dq/index.html``: every checked date, newest first, its status, rows, failures, link
+    (``stored``: what the warehouse holds, when the caller read it already)."""
+    rows, accepted, checked = stored or _stored(engine)
     counts = defaultdict(int)
     lines = []
     for day in sorted(rows, reverse=True):
