@@ -3,7 +3,8 @@
 
 One landing date per run (the data interval's start, UTC): wait for `landing/<date>/`, ingest it,
 run the data-quality gate on every partition it changed, aggregate those dates, re-meter the quota
-pools they touch (to the end of their periods). Late events are recomputed: ingest reports the past
+pools they touch (to the end of their periods), and compute the effectiveness of every ISO week whose
+requests or task outcomes changed. Late events are recomputed: ingest reports the past
 dates it changed and the next steps include them, with any date an earlier, interrupted run left in the
 recompute queue (the aggregate and meter steps mark the queue rows they took).
 
@@ -74,6 +75,12 @@ def usage_daily():
         outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": dates}
         return metered
 
+    @task
+    def effectiveness(dates: list[str]) -> list[str]:
+        from pipelines.jobs.tasks import effectiveness_weeks
+
+        return effectiveness_weeks(dates)
+
     @task(outlets=[WEEK_COMPLETE])
     def week_complete(_: list[str], ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
@@ -102,7 +109,9 @@ def usage_daily():
     ready = wait_for_landing()
     day = ingest()
     ready >> day
-    metered = meter(aggregate(quality_gate(day)))
+    gated = quality_gate(day)
+    metered = meter(aggregate(gated))
+    effectiveness(gated) << metered  # after metering: one warehouse writer at a time on SQLite
     week_complete(metered)
     month_closed(metered)
 

@@ -15,6 +15,7 @@ import typer
 from typer._click import exceptions as click_errors
 
 from pipelines.adoption.commands import retirement_app
+from pipelines.effectiveness.commands import effectiveness_app
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.commands import dq_app, events_app, print_day
 from pipelines.invoicing.commands import invoices_app
@@ -51,6 +52,7 @@ app.add_typer(events_app, name="events")
 app.add_typer(usage_app, name="usage")
 app.add_typer(dq_app, name="dq")
 app.add_typer(quota_app, name="quota")
+app.add_typer(effectiveness_app, name="effectiveness")
 app.add_typer(retirement_app, name="retirement")
 lake_app = typer.Typer(no_args_is_help=False, help="The lake this warehouse is built from.")
 app.add_typer(lake_app, name="lake")

@@ -158,6 +158,28 @@ class InvoicingConfig(_Strict):
     )
 
 
+class EffectivenessConfig(_Strict):
+    """How effectiveness costs a person's rework (``[effectiveness]``)."""
+
+    rework_cost_per_hour: Decimal | None = Field(
+        None, ge=0, max_digits=14, decimal_places=2, description="the cost of an hour of rework"
+    )
+
+    @field_validator("rework_cost_per_hour", mode="before")
+    @classmethod
+    def _no_float(cls, value: object) -> object:
+        return Price._no_float(value)
+
+    @property
+    def costed(self) -> bool:
+        """Whether rework is costed at all (absent: it counts 0, and reports say so)."""
+        return self.rework_cost_per_hour is not None
+
+    @property
+    def per_hour(self) -> Decimal:
+        return self.rework_cost_per_hour if self.rework_cost_per_hour is not None else Decimal("0")
+
+
 class Catalog(_Strict):
     currency: str = Field(pattern=r"^[A-Z]{3}$")
     models: list[Model] = Field(min_length=1)
@@ -165,6 +187,7 @@ class Catalog(_Strict):
     plans: list[Plan] = Field(default_factory=list)
     adoption: AdoptionConfig = Field(default_factory=AdoptionConfig)
     invoicing: InvoicingConfig = Field(default_factory=InvoicingConfig)
+    effectiveness: EffectivenessConfig = Field(default_factory=EffectivenessConfig)
 
     @model_validator(mode="after")
     def _references(self) -> Catalog:

@@ -1,15 +1,19 @@
-"""Usage event schema v1: the contract between producers, the lake and every later stage.
+"""Usage event schema v1.1: the contract between producers, the lake and every later stage.
 
 Each field carries its unit and rule in the Arrow field metadata, so a Parquet file written with
 this schema documents itself. The lake adds two lineage columns (``_landing_date``,
 ``_source_file``) that say where a row came from; they are not part of the producer contract.
+
+v1.1 adds the optional ``task_id`` (the unit of work a request belongs to, joined to its task
+outcome). v1 files stay valid, and lake files written before v1.1 read with a null ``task_id``
+(``conform``).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = "1.1"
 SPEED_TIERS: tuple[str, ...] = ("standard", "priority", "ultrafast")
 STATUSES: tuple[str, ...] = ("ok", "error")
 TOKEN_FIELDS: tuple[str, ...] = ("input_tokens", "cached_input_tokens", "output_tokens")
@@ -29,6 +33,13 @@ _FIELDS: tuple[tuple[str, pa.DataType, bool, str, str], ...] = (
     ("duration_ms", pa.int64(), False, "milliseconds", "optional, >= 0; output tokens/s = output / duration"),
     ("status", pa.string(), True, "", "one of " + " | ".join(STATUSES)),
     ("error_code", pa.string(), False, "", "optional, e.g. context_length_exceeded"),
+    (
+        "task_id",
+        pa.string(),
+        False,
+        "",
+        "optional (v1.1), at most 200 characters: the task the request belongs to",
+    ),
 )
 
 REQUIRED_FIELDS: tuple[str, ...] = tuple(name for name, _, required, _, _ in _FIELDS if required)
@@ -81,6 +92,15 @@ QUARANTINE_SCHEMA = pa.schema(
     ],
     metadata={"name": "quarantine", "version": str(SCHEMA_VERSION)},
 )
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns in ``schema``'s order and types, an optional column it lacks (a lake file
+    written before that column existed, such as v1's missing ``task_id``) added as nulls."""
+    n = table.num_rows
+    cols = [table[f.name] if f.name in table.column_names else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(cols, names=schema.names).cast(schema)
+
 
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "+00:00"})
 

@@ -22,6 +22,7 @@ ROW_NUMBER = "_row_number"
 _JSON_KIND = {
     pa.types.is_string: ("a string", (str,)),
     pa.types.is_integer: ("an integer", (int,)),
+    pa.types.is_boolean: ("true or false", (bool,)),
 }
 
 
@@ -122,9 +123,11 @@ def classify_line(raw: bytes, schema: pa.Schema) -> tuple[str, str]:
         if value is None:
             continue
         for check, (label, kinds) in _JSON_KIND.items():
-            if check(f.type) and (not isinstance(value, kinds) or isinstance(value, bool)):
+            if check(f.type) and (
+                not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+            ):
                 return "wrong_type", f"{f.name}: expected {label}, got {type(value).__name__}"
-        if pa.types.is_integer(f.type) and not -(2**63) <= value < 2**63:
+        if pa.types.is_integer(f.type) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
             return "wrong_type", f"{f.name}: integer out of the 64-bit range"
         if pa.types.is_struct(f.type) and not isinstance(value, dict):
             return "wrong_type", f"{f.name}: expected an object, got {type(value).__name__}"

@@ -87,6 +87,7 @@ def test_pipelines_holds_only_stage_packages_and_the_three_entry_modules():
     stages = sorted(p.name for p in (ROOT / "pipelines").iterdir() if (p / "__init__.py").exists())
     assert stages == [
         "adoption",
+        "effectiveness",
         "ingest",
         "invoicing",
         "jobs",

@@ -179,8 +179,44 @@ q = {c["accounts_q"]:.3g}; token share q = {c["share_q"]:.3g}). Flagged this wee
 (overage revenue over 30 days: {e(aff["heavy_overage_revenue_30d"])} of {e(aff["overage_revenue_30d"])} for the model).
 {f"Backup tank: {backup['token_share']:.0%} of its tokens in the last 4 weeks were used while the account's main pool was exhausted." if backup else ""}</p>
 <table><tr><th>heavy account</th><th>active days (30 d)</th><th>requests</th><th>overage revenue (30 d)</th></tr>{heavy}</table>
+{_effectiveness(c.get("effectiveness"), m["model"])}
 <h3>Suggested notice timeline</h3><ol>{timeline}</ol>
 </section>"""
+
+
+def _effectiveness(eff: dict | None, model: str) -> str:
+    """The candidate against its successor per task class (the effectiveness head-to-head)."""
+    if not eff:
+        return (
+            f"<h3>Effectiveness</h3><p>No task outcomes of {e(model)} and its successor in these weeks.</p>"
+        )
+    cur = eff["currency"]
+
+    def money(v: object) -> str:
+        return "-" if v is None else f"{cur} {float(v):,.2f}"
+
+    def minutes(ms: int) -> str:
+        return f"{ms / 1000:.0f} s" if ms < 120_000 else f"{ms / 60000:.1f} min"
+
+    rows = []
+    for c in eff["classes"]:
+        for i, g in enumerate(c["rows"]):
+            name = g["model"] + ("" if g["speed_tier"] == "*" else f" {g['speed_tier']}")
+            rows.append(
+                f"<tr><td>{e(c['task_class']) if i == 0 else ''}</td><td>{e(name)}</td><td class=n>{g['tasks']:,}</td>"
+                f"<td class=n>{g['one_pass_rate']:.0%} ({g['one_pass_low']:.0%}-{g['one_pass_high']:.0%})</td>"
+                f"<td class=n>{minutes(g['e2e_ms_mean'])}</td><td class=n>{minutes(g['e2e_ms_mean'] - g['rework_ms_mean'])}</td>"
+                f"<td class=n>{money(g['cost_per_accepted_task'])}</td><td class=n>{money(g['cost_without_rework'])}</td></tr>"
+            )
+    multi = next((c for c in eff["classes"] if c["task_class"] == "multi_file"), eff["classes"][0])
+    note = "" if eff["rework_costed"] else " Rework is not costed (no rework_cost_per_hour in the catalog)."
+    return (
+        f"<h3>Effectiveness against {e(eff['successor'])} ({e(eff['weeks'][0])} to {e(eff['weeks'][1])} weeks)</h3>"
+        f"<p>{e(multi['sentence'])}.{e(note)}</p>"
+        "<table><tr><th>task class</th><th>model</th><th>tasks</th><th>one-pass (95%)</th><th>end to end</th>"
+        "<th>without rework</th><th>cost / accepted incl. rework</th><th>tokens only</th></tr>"
+        f"{''.join(rows)}</table>"
+    )
 
 
 def render_html(data: dict) -> str:
@@ -261,6 +297,12 @@ def render_markdown(data: dict) -> str:
             lines.append(
                 f"- backup tank: {c['backup_tank']['token_share']:.0%} of its tokens while the main pool was exhausted"
             )
+        if c.get("effectiveness"):
+            eff = c["effectiveness"]
+            lines.append(
+                f"- effectiveness against {eff['successor']} ({eff['weeks'][0]} to {eff['weeks'][1]} weeks):"
+            )
+            lines += [f"  - {k['sentence']}" for k in eff["classes"]]
         lines += [f"- {s['date']}: {s['step']}" for s in c["timeline"]]
     return "\n".join(lines) + "\n"
 

@@ -27,6 +27,7 @@ from billing.pricing import MissingPriceError, amounts, applied_prices
 from pipelines.adoption import weekly as adoption
 from pipelines.adoption.detect import METHOD_VERSION, Decision, decide, projected_crossing
 from pipelines.adoption.html import render_html, render_markdown
+from pipelines.effectiveness.report import against_successor
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing.documents import billable_by_price
 from pipelines.warehouse.locks import step_lock
@@ -289,6 +290,7 @@ def _facts(engine, catalog, weekly, moves, window, report: ModelReport, as_of, l
         "backup_tank": _backup(engine, lake_root, catalog, model, as_of),
     }
     facts["timeline"] = _timeline(as_of, catalog, facts)
+    facts["effectiveness"] = against_successor(lake_root, catalog, model, facts.get("successor"), window)
     return facts
 
 

@@ -59,9 +59,11 @@ def events_generate(
     with step(f"generating {days} days of events"):
         gen = generate(s.catalog, cfg)
         files = write_landing(gen, cfg, s.landing)
+    outcomes = gen.outcomes.num_rows if gen.outcomes is not None else 0
     out.print(
-        f"wrote {gen.events.num_rows:,} events ({gen.duplicates:,} resends, {gen.late:,} late) "
-        f"in {len(files)} files under {s.landing}, and {len(gen.accounts):,} account rows"
+        f"wrote {gen.events.num_rows:,} events ({gen.duplicates:,} resends, {gen.late:,} late) and "
+        f"{outcomes:,} task outcomes in {len(files)} files under {s.landing}, "
+        f"and {len(gen.accounts):,} account rows"
     )
 
 
@@ -120,6 +122,9 @@ def print_day(done) -> None:  # type: ignore[no-untyped-def]
         out.print(f"stopped by the data-quality gate: {date_ranges(done.blocked)}")
     for run in done.metered:
         out.print(f"metered {run}")
+    if done.effectiveness:
+        weeks = done.effectiveness
+        out.print(f"effectiveness: {len(weeks)} week(s) computed, {weeks[0]} .. {weeks[-1]}")
 
 
 def print_ingest(result) -> None:  # type: ignore[no-untyped-def]
@@ -131,6 +136,12 @@ def print_ingest(result) -> None:  # type: ignore[no-untyped-def]
         out.print(
             f"partitions changed: {len(result.changed_dates)} date(s), "
             f"{result.changed_dates[0]} .. {result.changed_dates[-1]}"
+        )
+    if result.outcome_stats:
+        out.print(
+            f"task outcomes: read {result.total('rows_read', True):,} rows: clean "
+            f"{result.total('clean', True):,}, quarantined {result.total('quarantined', True):,}, "
+            f"duplicates {result.total('duplicates', True):,}"
         )
 
 

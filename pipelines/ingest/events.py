@@ -21,7 +21,6 @@ from collections.abc import Callable
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from sqlalchemy import Engine
 
@@ -36,11 +35,13 @@ from pipelines.ingest.commit import (
     other_files_quarantine,
     recover_runs,
 )
+from pipelines.ingest.datasets import DATASETS, EVENTS, Dataset
 from pipelines.ingest.dedup import (
     dedup_shard,
     sub_shard_segments,
     with_hash,
 )
+from pipelines.ingest.outputs import ConcatQuarantine, StageQuarantine, StageStats
 from pipelines.ingest.parquet_files import read_parquet_unit
 from pipelines.ingest.readers import LandingFileChanged, file_kind, read_json_file, source_name, whole_file
 from pipelines.ingest.stats import MergeStats, by_landing, merge, new_stats, per_landing, reason_counts
@@ -71,7 +72,7 @@ from pipelines.warehouse.binding import require_lake
 from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import load_catalog
-from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA, LOW_CARDINALITY, QUARANTINE_SCHEMA
+from schemas.events import QUARANTINE_SCHEMA, conform
 
 log = logging.getLogger(__name__)
 
@@ -101,39 +102,43 @@ class ReadAndValidate(beam.DoFn):
     batch range per sub-shard, read back alone).
     """
 
-    def __init__(self, rules: Rules, shards: int, subs: int, stage_root: str) -> None:
+    def __init__(
+        self, rules: Rules, shards: int, subs: int, stage_root: str, dataset: Dataset = EVENTS
+    ) -> None:
         self.rules = rules
         self.shards, self.subs = shards, subs
         self.spill_root = lake.join(stage_root, "_spill")
+        self.dataset = dataset
 
     def process(self, unit: ReadUnit):  # type: ignore[no-untyped-def]
         landing = dt.date.fromisoformat(unit.landing_date)
         name = source_name(unit.path)
         kind = file_kind(unit.path)
+        ds = self.dataset
         if unit.not_a_file:
             chunks = [
                 whole_file(
-                    landing, name, "not_a_regular_file", f"{unit.not_a_file}: only regular files are read"
+                    landing, name, "not_a_regular_file", f"{unit.not_a_file}: only regular files are read", ds
                 )
             ]
         elif kind == "parquet":
-            chunks = [read_parquet_unit(unit.path, unit.row_group, landing, unit.listed)]
+            chunks = [read_parquet_unit(unit.path, unit.row_group, landing, unit.listed, ds)]
         elif kind == "json":
-            chunks = read_json_file(unit.path, landing, unit.listed)
+            chunks = read_json_file(unit.path, landing, unit.listed, ds)
         else:
             chunks = [
-                whole_file(landing, name, "unsupported_format", "expected .parquet, .jsonl[.gz] or .json")
+                whole_file(landing, name, "unsupported_format", "expected .parquet, .jsonl[.gz] or .json", ds)
             ]
         unit_key = hashlib.sha1(f"{unit.path}#{unit.row_group}".encode(errors="surrogateescape")).hexdigest()[
             :20
         ]
         stats = new_stats(files=1 if unit.first else 0)
         for i, chunk in enumerate(chunks):
-            clean, quarantine = validate(chunk, landing, name, self.rules)
+            clean, quarantine = validate(chunk, landing, name, self.rules, ds)
             stats = merge(stats, new_stats(rows_read=chunk.rows_read, quarantined=reason_counts(quarantine)))
             if quarantine.num_rows:
                 yield QUARANTINE, (unit.landing_date, quarantine)
-            table, segments = sub_shard_segments(with_hash(clean), self.shards, self.subs)
+            table, segments = sub_shard_segments(with_hash(clean, ds), self.shards, self.subs)
             if segments:
                 path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
                 ranges = lake.write_ipc_segments(path, table, [(o, n) for _, _, o, n in segments])
@@ -146,12 +151,19 @@ class DedupAndStage(beam.DoFn):
     """One shard of the run -> shard files (and their id index) staged for commit, counts, conflicts."""
 
     def __init__(
-        self, lake_root: str, stage_root: str, window: list[dt.date], shards: int, subs: int
+        self,
+        lake_root: str,
+        stage_root: str,
+        window: list[dt.date],
+        shards: int,
+        subs: int,
+        dataset: Dataset = EVENTS,
     ) -> None:
         self.lake_root = lake_root
         self.stage_root = stage_root
         self.window = window
         self.shards, self.subs = shards, subs
+        self.dataset = dataset
 
     def process(self, element):  # type: ignore[no-untyped-def]
         """Deduplicate the shard one sub-shard at a time, appending each piece's new rows to the
@@ -161,14 +173,14 @@ class DedupAndStage(beam.DoFn):
         for sub, path, first, end in refs:
             by_sub.setdefault(sub, []).append((path, first, end))
         subs = self.subs
-        existing = LakeShard(self.lake_root, shard, self.window)
+        existing = LakeShard(self.lake_root, shard, self.window, self.dataset)
         files: dict[dt.date, lake.ParquetAppender] = {}
         hashes: dict[dt.date, list[np.ndarray]] = {}
         try:
             for sub in sorted(by_sub):
                 parts = [lake.read_ipc_batches(path, first, end) for path, first, end in by_sub[sub]]
                 existing.sub = (sub, subs, self.shards)
-                result = dedup_shard(parts, existing)
+                result = dedup_shard(parts, existing, self.dataset)
                 del parts
                 for day, table in result.writes.items():
                     if day not in files:
@@ -184,7 +196,7 @@ class DedupAndStage(beam.DoFn):
             for writer in files.values():
                 writer.close()
         for day, parts_h in hashes.items():
-            folder = lake.partition(self.stage_root, lake.EVENTS, day)
+            folder = lake.partition(self.stage_root, self.dataset.name, day)
             # Each part is sorted already: a stable sort (timsort) merges the runs, 4x a quicksort.
             merged = np.sort(np.concatenate(parts_h), kind="stable")
             lake.write_npy(lake.join(folder, index_file(shard)), merged)
@@ -192,49 +204,17 @@ class DedupAndStage(beam.DoFn):
     def _open(
         self, existing: LakeShard, day: dt.date, shard: int
     ) -> tuple[lake.ParquetAppender, list[np.ndarray]]:
-        """The staged shard file of ``day``, starting with the rows the lake already holds for it."""
-        folder = lake.partition(self.stage_root, lake.EVENTS, day)
-        writer = lake.ParquetAppender(lake.join(folder, shard_file(shard)), INGEST_SCHEMA, stored=LAKE_SCHEMA)
+        """The staged shard file of ``day``, starting with the rows the lake already holds for it (a
+        file written before a column existed gets it as nulls)."""
+        ds = self.dataset
+        folder = lake.partition(self.stage_root, ds.name, day)
+        writer = lake.ParquetAppender(lake.join(folder, shard_file(shard)), ds.ingest, stored=ds.lake)
         if day not in existing.dates():
             return writer, []
-        current = lake.open_parquet(existing.path(day), read_dictionary=list(LOW_CARDINALITY))
+        current = lake.open_parquet(existing.path(day), read_dictionary=list(ds.low_cardinality))
         for i in range(current.metadata.num_row_groups):  # one row group at a time
-            writer.write(current.read_row_group(i).select(list(INGEST_SCHEMA.names)).cast(INGEST_SCHEMA))
+            writer.write(conform(current.read_row_group(i), ds.ingest))
         return writer, [existing.all_hashes(day)]
-
-
-class ConcatQuarantine(beam.DoFn):
-    """A landing date's quarantined rows from every worker, in (source file, row number) order; each
-    reason code also counts in the Beam metrics (namespace ``quarantine``, one counter per reason)."""
-
-    def process(self, element):  # type: ignore[no-untyped-def]
-        landing, tables = element
-        table = pa.concat_tables(list(tables)).sort_by(
-            [("source_file", "ascending"), ("row_number", "ascending")]
-        )
-        for reason, n in reason_counts(table).items():
-            Metrics.counter("quarantine", reason).inc(n)
-        yield landing, table
-
-
-class StageQuarantine(beam.DoFn):
-    def __init__(self, stage_root: str) -> None:
-        self.stage_root = stage_root
-
-    def process(self, element):  # type: ignore[no-untyped-def]
-        landing, table = element
-        lake.write_parquet(
-            lake.join(lake.partition(self.stage_root, lake.QUARANTINE, landing), "part-0000.parquet"), table
-        )
-
-
-class StageStats(beam.DoFn):
-    def __init__(self, stage_root: str) -> None:
-        self.stage_root = stage_root
-
-    def process(self, element):  # type: ignore[no-untyped-def]
-        landing, stats = element
-        lake.write_json(lake.join(self.stage_root, "stats", f"{landing}.json"), stats)
 
 
 class IngestEvents(beam.PTransform):
@@ -251,16 +231,17 @@ class IngestEvents(beam.PTransform):
         stage_root: str,
         window: list[dt.date],
         subs: int = 1,
+        dataset: Dataset = EVENTS,
     ) -> None:
         super().__init__()
         self.rules, self.shards, self.lake_root, self.stage_root = rules, shards, lake_root, stage_root
-        self.window, self.subs = window, subs
+        self.window, self.subs, self.dataset = window, subs, dataset
 
     def expand(self, units):  # type: ignore[no-untyped-def]
         read = split(
             units
             | "ReadAndValidate"
-            >> beam.ParDo(ReadAndValidate(self.rules, self.shards, self.subs, self.stage_root)),
+            >> beam.ParDo(ReadAndValidate(self.rules, self.shards, self.subs, self.stage_root, self.dataset)),
             "Read",
             (CLEAN, QUARANTINE, STATS),
         )
@@ -269,7 +250,9 @@ class IngestEvents(beam.PTransform):
             | "GroupByShard" >> beam.GroupByKey()
             | "DedupAndStage"
             >> beam.ParDo(
-                DedupAndStage(self.lake_root, self.stage_root, self.window, self.shards, self.subs)
+                DedupAndStage(
+                    self.lake_root, self.stage_root, self.window, self.shards, self.subs, self.dataset
+                )
             ),
             "Dedup",
             (QUARANTINE, STATS),
@@ -346,18 +329,25 @@ def _ingest(
     )
     units = read_units(opts.landing, dates)
     faults.checkpoint("ingest.listed")
-    subs = sub_shards(units, shards)
+    by_dataset = {d.name: [u for u in units if u.dataset == d.name] for d in DATASETS}
     stage = lake.open_stage(opts.lake, run_id, STEP)
     try:
         with run_pipeline(options) as p:
-            ingested = (
-                p
-                | "ReadUnits" >> beam.Create(units)
-                | "IngestEvents"
-                >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules), subs)
-            )
-            _ = ingested["quarantine"] | "StageQuarantine" >> beam.ParDo(StageQuarantine(stage))
-            _ = ingested["stats"] | "StageStats" >> beam.ParDo(StageStats(stage))
+            for ds in DATASETS:  # usage events always (an empty landing folder still counts), outcomes if any
+                if ds.name != EVENTS.name and not by_dataset[ds.name]:
+                    continue
+                name = ds.label.capitalize()
+                subs = sub_shards(by_dataset[ds.name], shards)
+                ingested = (
+                    p
+                    | f"Read{name}Units" >> beam.Create(by_dataset[ds.name])
+                    | f"Ingest{name}"
+                    >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules), subs, ds)
+                )
+                _ = ingested["quarantine"] | f"Stage{name}Quarantine" >> beam.ParDo(
+                    StageQuarantine(stage, ds)
+                )
+                _ = ingested["stats"] | f"Stage{name}Stats" >> beam.ParDo(StageStats(stage, ds))
         result = collect(run_id, stage, dates)
         check_conservation(result)
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
@@ -374,6 +364,8 @@ def _ingest(
             "landing_dates": [d.isoformat() for d in dates],
             "changed_dates": [d.isoformat() for d in result.changed_dates],
             "stats": result.stats,
+            "outcome_changed_dates": [d.isoformat() for d in result.outcome_changed_dates],
+            "outcome_stats": result.outcome_stats,
         }
         # From here on the run is decided: whatever stops it, the next run finishes this commit.
         lake.write_json(lake.join(stage, JOURNAL), journal)

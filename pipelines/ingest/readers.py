@@ -26,10 +26,8 @@ from isal.isal_zlib import error as DeflateError
 
 from pipelines import lake
 from pipelines.errors import UsageBillingError
-from schemas.events import (
-    QUARANTINE_SCHEMA,
-    RAW_JSON_SCHEMA,
-)
+from pipelines.ingest.datasets import EVENTS, Dataset
+from schemas.events import QUARANTINE_SCHEMA
 from schemas.jsonl import ROW_NUMBER, JsonLinesResult, joined, newline_count, read_json_lines
 from schemas.limits import CONTROL_CHARACTERS
 
@@ -38,15 +36,6 @@ PARQUET_SUFFIXES = (".parquet", ".parq")
 UTF8_BOM = b"\xef\xbb\xbf"
 
 SPEC_OK = "_specversion_ok"  # present on CloudEvents chunks only
-CE_DATA_FIELDS = [f for f in RAW_JSON_SCHEMA if f.name not in ("event_id", "event_time")]
-CE_SCHEMA = pa.schema(
-    [
-        pa.field("specversion", pa.string()),
-        pa.field("id", pa.string()),
-        pa.field("time", pa.string()),
-        pa.field("data", pa.struct(CE_DATA_FIELDS)),
-    ]
-)
 
 
 @dataclass
@@ -129,14 +118,16 @@ def quarantine_rows(
     )
 
 
-def whole_file(landing_date, source_file: str, reason: str, detail: str) -> RawChunk:
+def whole_file(
+    landing_date, source_file: str, reason: str, detail: str, dataset: Dataset = EVENTS
+) -> RawChunk:
     """The file could not be read: it counts as one row read and one row quarantined."""
     q = quarantine_rows(landing_date, source_file, [None], [None], [reason], [detail[:2000]], [None])
-    return RawChunk(empty_raw(), q, rows_read=1)
+    return RawChunk(empty_raw(dataset), q, rows_read=1)
 
 
-def empty_raw() -> pa.Table:
-    return RAW_JSON_SCHEMA.empty_table().append_column(ROW_NUMBER, pa.array([], pa.int64()))
+def empty_raw(dataset: Dataset = EVENTS) -> pa.Table:
+    return dataset.raw.empty_table().append_column(ROW_NUMBER, pa.array([], pa.int64()))
 
 
 def _open(path: str) -> io.BufferedIOBase:
@@ -227,7 +218,9 @@ def _is_batch(first: bytes) -> bool:
     return first.lstrip()[:1] == b"["
 
 
-def read_json_file(path: str, landing_date, listed: tuple[int, int] | None = None) -> Iterator[RawChunk]:
+def read_json_file(
+    path: str, landing_date, listed: tuple[int, int] | None = None, dataset: Dataset = EVENTS
+) -> Iterator[RawChunk]:
     """Parse a JSON-lines or CloudEvents file chunk by chunk; an unreadable file is one quarantine row.
     Each record's format (a plain event or a CloudEvent) is decided by its own top-level keys."""
     name = source_name(path)
@@ -240,30 +233,33 @@ def read_json_file(path: str, landing_date, listed: tuple[int, int] | None = Non
                 q = quarantine_rows(
                     landing_date, name, [piece.row_number], [None], ["line_too_long"], [detail], [None]
                 )
-                yield RawChunk(empty_raw(), q, rows_read=1)
+                yield RawChunk(empty_raw(dataset), q, rows_read=1)
                 first = False
                 continue
             data, lines_before, newlines = piece
             if first and _is_batch(data):
-                yield _read_ce_batch(path, landing_date, name)
+                yield _read_ce_batch(path, landing_date, name, dataset)
                 check_unchanged(path, listed)
                 return
             first = False
-            yield _parse_chunk(data, lines_before, newlines, landing_date, name)
+            yield _parse_chunk(data, lines_before, newlines, landing_date, name, dataset)
     except FileTooLarge as exc:
-        yield whole_file(landing_date, name, "file_too_large", str(exc))
+        yield whole_file(landing_date, name, "file_too_large", str(exc), dataset)
     except (OSError, EOFError, zlib.error) as exc:
         # Rows of earlier chunks were already handed on; the unreadable rest is quarantined as one row.
-        yield whole_file(landing_date, name, "unreadable_file", f"{type(exc).__name__}: {exc}")
+        yield whole_file(landing_date, name, "unreadable_file", f"{type(exc).__name__}: {exc}", dataset)
     check_unchanged(path, listed)
 
 
-def _parse_chunk(data: bytes, lines_before: int, newlines: int, landing_date, name: str) -> RawChunk:
-    """Lines -> raw rows. Every line is read as a plain event first (extra keys are ignored); a line
-    with neither event_id nor event_time that carries a top-level ``specversion`` is a CloudEvent and
-    is read again as one. A value never decides the format: only which keys the record has."""
-    parsed = read_json_lines(data, RAW_JSON_SCHEMA, newlines)
-    table = _as_cloudevents_where_structured(parsed)
+def _parse_chunk(
+    data: bytes, lines_before: int, newlines: int, landing_date, name: str, dataset: Dataset = EVENTS
+) -> RawChunk:
+    """Lines -> raw rows. Every line is read as a plain record first (extra keys are ignored); a line
+    with neither its id nor its time (event_id and event_time; task_id and completed_at) that carries
+    a top-level ``specversion`` is a CloudEvent and is read again as one. A value never decides the
+    format: only which keys the record has."""
+    parsed = read_json_lines(data, dataset.raw, newlines)
+    table = _as_cloudevents_where_structured(parsed, dataset)
     if lines_before:
         table = table.set_column(
             table.schema.get_field_index(ROW_NUMBER), ROW_NUMBER, pc.add(table[ROW_NUMBER], lines_before)
@@ -281,10 +277,10 @@ def _parse_chunk(data: bytes, lines_before: int, newlines: int, landing_date, na
     return RawChunk(table, quarantine, table.num_rows + len(rej), raw_text=parsed, line_offset=lines_before)
 
 
-def _as_cloudevents_where_structured(parsed: JsonLinesResult) -> pa.Table:
+def _as_cloudevents_where_structured(parsed: JsonLinesResult, dataset: Dataset) -> pa.Table:
     """The parsed rows, those that are CloudEvents by their keys replaced by their flattened form."""
     table = parsed.table
-    candidates = pc.and_(table["event_id"].is_null(), table["event_time"].is_null())
+    candidates = pc.and_(table[dataset.ce_id].is_null(), table[dataset.time_field].is_null())
     if not pc.any(candidates).as_py():
         return table
     idx = pc.indices_nonzero(candidates)
@@ -293,7 +289,7 @@ def _as_cloudevents_where_structured(parsed: JsonLinesResult) -> pa.Table:
         body = parsed.data  # every line is a candidate (a CloudEvents file): no copy
     else:
         body = joined(parsed.lines.take(pc.subtract(numbers, 1))).to_pybytes()
-    ce = read_json_lines(body if body.endswith(b"\n") else body + b"\n", CE_SCHEMA)
+    ce = read_json_lines(body if body.endswith(b"\n") else body + b"\n", dataset.ce_schema)
     structured = ce.table.filter(ce.table["specversion"].is_valid())
     if structured.num_rows == 0:
         return table
@@ -303,40 +299,47 @@ def _as_cloudevents_where_structured(parsed: JsonLinesResult) -> pa.Table:
         ROW_NUMBER,
         pc.take(numbers, pc.subtract(structured[ROW_NUMBER], 1)),
     )
-    flat = _flatten_cloudevents(structured)
+    flat = _flatten_cloudevents(structured, dataset)
     keep = pc.invert(pc.is_in(table[ROW_NUMBER], value_set=flat[ROW_NUMBER].combine_chunks()))
     plain = table.filter(keep)
     plain = plain.append_column(SPEC_OK, pa.array(np.ones(plain.num_rows, bool)))
     return pa.concat_tables([plain, flat]).sort_by(ROW_NUMBER)
 
 
-def _flatten_cloudevents(table: pa.Table) -> pa.Table:
-    """CloudEvents structured mode -> event columns: id -> event_id, time -> event_time, data.* -> rest."""
+def _flatten_cloudevents(table: pa.Table, dataset: Dataset) -> pa.Table:
+    """CloudEvents structured mode -> record columns: id -> event_id (an outcome's task_id), time ->
+    event_time (completed_at), data.* -> the rest."""
     data = table["data"].combine_chunks()
-    cols = {"event_id": table["id"], "event_time": table["time"]}
-    for f in CE_DATA_FIELDS:
+    cols = {dataset.ce_id: table["id"], dataset.time_field: table["time"]}
+    for f in dataset.ce_data_fields:
         cols[f.name] = pc.struct_field(data, f.name) if len(data) else pa.array([], f.type)
-    out = pa.table({f.name: cols[f.name] for f in RAW_JSON_SCHEMA}, schema=RAW_JSON_SCHEMA)
+    out = pa.table({f.name: cols[f.name] for f in dataset.raw}, schema=dataset.raw)
     # Validation quarantines rows whose specversion is not 1.0 (or missing) as unsupported_specversion.
     spec_ok = pc.fill_null(pc.equal(table["specversion"], "1.0"), False)
     return out.append_column(ROW_NUMBER, table[ROW_NUMBER]).append_column(SPEC_OK, spec_ok)
 
 
-def _read_ce_batch(path: str, landing_date, name: str) -> RawChunk:
+def _read_ce_batch(path: str, landing_date, name: str, dataset: Dataset = EVENTS) -> RawChunk:
     """A CloudEvents JSON batch (application/cloudevents-batch+json): one array of events."""
     with _open(path) as raw_handle:
         handle = gzip.GzipFile(fileobj=raw_handle) if path.lower().endswith(".gz") else raw_handle
         body = handle.read(MAX_BATCH_BYTES + 1)
     if len(body) > MAX_BATCH_BYTES:
         return whole_file(
-            landing_date, name, "file_too_large", f"a CloudEvents batch over {MAX_BATCH_BYTES >> 20} MiB"
+            landing_date,
+            name,
+            "file_too_large",
+            f"a CloudEvents batch over {MAX_BATCH_BYTES >> 20} MiB",
+            dataset,
         )
     try:
         events = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return whole_file(landing_date, name, "malformed_json", f"CloudEvents batch: {exc}")
+        return whole_file(landing_date, name, "malformed_json", f"CloudEvents batch: {exc}", dataset)
     if not isinstance(events, list):
-        return whole_file(landing_date, name, "malformed_json", "CloudEvents batch is not a JSON array")
+        return whole_file(
+            landing_date, name, "malformed_json", "CloudEvents batch is not a JSON array", dataset
+        )
     # Re-encode element by element as JSON lines (batch files are small by nature), then parse as lines.
     lines = b"\n".join(json.dumps(e, separators=(",", ":")).encode() for e in events)
-    return _parse_chunk(lines, 0, newline_count(lines), landing_date, name)
+    return _parse_chunk(lines, 0, newline_count(lines), landing_date, name, dataset)

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from pipelines import lake
 from pipelines.errors import UsageBillingError
+from pipelines.ingest.datasets import EVENTS, Dataset, dataset_of
 from pipelines.ingest.dedup import (
     sorted_hashes,
     sub_shard_of,
@@ -32,6 +33,7 @@ class ReadUnit:
     first: bool = True  # counts the file once
     listed: tuple[int, int] | None = None  # (size, mtime) at listing: a changed file is never read in part
     not_a_file: str | None = None  # what the entry is instead of a regular file (quarantined, not read)
+    dataset: str = EVENTS.name  # what the file holds: usage events, or task outcomes (``outcomes*``)
 
 
 def shard_file(shard: int) -> str:
@@ -47,15 +49,17 @@ class LakeShard:
     """One shard of the lake in the dedup window. ``sub`` narrows it to one sub-shard of a run (the
     ExistingShard that dedup_shard reads)."""
 
-    def __init__(self, lake_root: str, shard: int, window: list[dt.date]) -> None:
-        self.lake_root, self.shard = lake_root, shard
-        committed = set(lake.partition_dates(lake_root, lake.EVENTS))
+    def __init__(self, lake_root: str, shard: int, window: list[dt.date], dataset: Dataset = EVENTS) -> None:
+        self.lake_root, self.shard, self.dataset = lake_root, shard, dataset
+        committed = set(lake.partition_dates(lake_root, dataset.name))
         self._dates = [d for d in window if d in committed and lake.exists(self.path(d))]
         self._hashes: dict[dt.date, np.ndarray] = {}
         self.sub: tuple[int, int, int] | None = None  # (sub, subs, shards)
 
     def path(self, day: dt.date, name: str | None = None) -> str:
-        return lake.join(lake.partition(self.lake_root, lake.EVENTS, day), name or shard_file(self.shard))
+        return lake.join(
+            lake.partition(self.lake_root, self.dataset.name, day), name or shard_file(self.shard)
+        )
 
     def dates(self) -> list[dt.date]:
         return self._dates
@@ -66,7 +70,9 @@ class LakeShard:
             self._hashes[day] = (
                 lake.read_npy(index)
                 if lake.exists(index)
-                else sorted_hashes(lake.read_parquet(self.path(day), columns=["event_id"]))
+                else sorted_hashes(
+                    lake.read_parquet(self.path(day), columns=list(self.dataset.key_fields)), self.dataset
+                )
             )
         return self._hashes[day]
 
@@ -77,9 +83,9 @@ class LakeShard:
         sub, subs, shards = self.sub
         return h[sub_shard_of(h, shards, subs) == sub]  # still sorted
 
-    def rows(self, day: dt.date, event_ids: pa.Array) -> pa.Table:
+    def rows(self, day: dt.date, keys: pa.Array) -> pa.Table:
         table = lake.read_parquet(self.path(day))
-        return table.filter(pa.compute.is_in(table["event_id"], value_set=event_ids))
+        return table.filter(pa.compute.is_in(self.dataset.key(table), value_set=keys))
 
 
 def dedup_window(dates: list[dt.date], rules: Rules) -> list[dt.date]:
@@ -143,17 +149,18 @@ def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
         for path in lake.list_files(folder, "*"):
             if os.path.basename(path).startswith("."):  # a producer's temporary file, not yet landed
                 continue
+            kind = dataset_of(path).name
             odd = _not_a_regular_file(path)
             if odd:
-                units.append(ReadUnit(path, day.isoformat(), not_a_file=odd))
+                units.append(ReadUnit(path, day.isoformat(), not_a_file=odd, dataset=kind))
                 continue
             listed = stamp(path)
             if file_kind(path) == "parquet":
                 groups = parquet_units(path)
                 units.extend(
-                    ReadUnit(path, day.isoformat(), g, first=i == 0, listed=listed)
+                    ReadUnit(path, day.isoformat(), g, first=i == 0, listed=listed, dataset=kind)
                     for i, g in enumerate(groups)
                 )
             else:
-                units.append(ReadUnit(path, day.isoformat(), listed=listed))
+                units.append(ReadUnit(path, day.isoformat(), listed=listed, dataset=kind))
     return units

@@ -16,11 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.errors import UsageBillingError
+from pipelines.ingest.datasets import EVENTS, OUTCOMES, Dataset
 from pipelines.ingest.readers import SPEC_OK, RawChunk
 from schemas.events import (
     DICTIONARY,
-    EVENT_SCHEMA,
-    INGEST_SCHEMA,
     QUARANTINE_SCHEMA,
     REQUIRED_FIELDS,
     SPEED_TIERS,
@@ -35,7 +34,7 @@ _ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?"
 _ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
 
 
-ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code")
+ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code", "task_id")
 MAX_ID_LENGTH = 200  # the warehouse stores ids as VARCHAR(200)
 BLANK_CHECKED = ("event_id", "account_id")  # required ids: empty or only white space is no id
 _CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE2's syntax
@@ -137,9 +136,13 @@ def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndar
 
 
 def validate(
-    chunk: RawChunk, landing_date: dt.date, source_file: str, rules: Rules
+    chunk: RawChunk, landing_date: dt.date, source_file: str, rules: Rules, dataset: Dataset = EVENTS
 ) -> tuple[pa.Table, pa.Table]:
-    """(clean rows in LAKE_SCHEMA + _row_number, quarantine rows) for one raw chunk."""
+    """(clean rows in the dataset's ingest schema + _row_number, quarantine rows) for one raw chunk."""
+    if dataset.name == OUTCOMES.name:
+        from pipelines.ingest.validate_outcomes import validate_outcomes
+
+        return validate_outcomes(chunk, landing_date, source_file, rules)
     raw = chunk.table
     n = raw.num_rows
     checks: list[tuple[str, np.ndarray]] = []
@@ -178,25 +181,49 @@ def validate(
     checks.append(("negative_duration", _np_mask(pc.less(raw["duration_ms"], 0))))
     checks.append(("duration_out_of_range", _np_mask(pc.greater(raw["duration_ms"], MAX_DURATION_MS))))
     if rules.check_prices:
-        checks.append(("no_price", _unpriced(raw, times, rules)))
+        from pipelines.ingest.prices import unpriced
+
+        checks.append(("no_price", unpriced(raw, times, rules)))
+    future, late = _time_window(times, landing_date, rules)
+    checks.append(("future_event", future))
+    checks.append(("too_late", late))
+    return _split(chunk, checks, {"event_time": times}, landing_date, source_file, EVENTS)
+
+
+def _time_window(times: pa.Array, landing_date: dt.date, rules: Rules) -> tuple[np.ndarray, np.ndarray]:
+    """(after the landing day's end plus the slack, older than the lateness window) per row."""
     day_start = dt.datetime.combine(landing_date, dt.time(), tzinfo=dt.UTC)
     latest = day_start + dt.timedelta(days=1, hours=rules.future_slack_hours)
     earliest = day_start - dt.timedelta(days=rules.lateness_days)
-    checks.append(("future_event", _np_mask(pc.greater_equal(times, pa.scalar(latest, TIMESTAMP)))))
-    checks.append(("too_late", _np_mask(pc.less(times, pa.scalar(earliest, TIMESTAMP)))))
+    return (
+        _np_mask(pc.greater_equal(times, pa.scalar(latest, TIMESTAMP))),
+        _np_mask(pc.less(times, pa.scalar(earliest, TIMESTAMP))),
+    )
 
-    bad = np.zeros(n, bool)
+
+def _split(
+    chunk: RawChunk,
+    checks: list[tuple[str, np.ndarray]],
+    times: dict[str, pa.Array],
+    landing_date: dt.date,
+    source_file: str,
+    dataset: Dataset,
+) -> tuple[pa.Table, pa.Table]:
+    """The chunk's rows that passed every check (as lake rows) and the others (as quarantine rows)."""
+    raw = chunk.table
+    bad = np.zeros(raw.num_rows, bool)
     for _, mask in checks:
         bad |= mask
     any_bad = bool(bad.any())
     if any_bad:
         good_rows = pa.array(~bad)
-        raw, times = raw.filter(good_rows), times.filter(good_rows)
-    clean = _to_lake(raw, times, landing_date, source_file)  # no copy of a chunk without bad rows
+        raw = raw.filter(good_rows)
+        times = {name: col.filter(good_rows) for name, col in times.items()}
+    clean = _to_lake(raw, times, landing_date, source_file, dataset)  # no copy without bad rows
     quarantine = chunk.quarantine
     if any_bad:
         quarantine = pa.concat_tables(
-            [quarantine, _quarantine(chunk, bad, checks, landing_date, source_file)]
+            [quarantine, _quarantine(chunk, bad, checks, landing_date, source_file, dataset)]
         )
     return clean, quarantine
 
@@ -217,12 +244,12 @@ def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:  # type: i
     return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
-def _too_long(col: pa.ChunkedArray) -> np.ndarray:
-    """More than MAX_ID_LENGTH characters: counted only where the bytes (cheap: offsets) are over it."""
-    over = _per_value(col, lambda c: pc.greater(pc.binary_length(c), MAX_ID_LENGTH))
+def _too_long(col: pa.ChunkedArray, limit: int = MAX_ID_LENGTH) -> np.ndarray:
+    """More than ``limit`` characters: counted only where the bytes (cheap: offsets) are over it."""
+    over = _per_value(col, lambda c: pc.greater(pc.binary_length(c), limit))
     if over.any():
         over[over] = _per_value(
-            col.take(pa.array(np.flatnonzero(over))), lambda c: pc.greater(pc.utf8_length(c), MAX_ID_LENGTH)
+            col.take(pa.array(np.flatnonzero(over))), lambda c: pc.greater(pc.utf8_length(c), limit)
         )
     return over
 
@@ -268,65 +295,18 @@ def _control_characters(col: pa.ChunkedArray) -> np.ndarray:
     return suspect
 
 
-def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
-    """(index of each row's value, the distinct values): a dictionary column as it is, text encoded."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if not pa.types.is_dictionary(arr.type):
-        arr = pc.dictionary_encode(arr)
-    return arr.indices.fill_null(0).to_numpy(), arr.dictionary.to_pylist()
-
-
-_EPOCH = dt.date(1970, 1, 1)
-_DAY_US = 86_400_000_000
-
-
-def _unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
-    """Rows of a catalog model and a known tier whose UTC day is before the first price of that pair
-    (or the pair has none): they could never be invoiced, so they stop here instead of blocking the
-    month's draft later.
-
-    Only the (model, tier) pairs whose first price comes after the chunk's earliest day can have such
-    rows (usually none): their rows are found by the pair's code, and only those rows' days are looked
-    at. No loop over rows, and nearly no work on a chunk whose pairs were all priced by then."""
-    n = raw.num_rows
-    micros = pc.cast(times, pa.int64())  # as integers: a time past Python's year 9999 is still a number
-    lo = pc.min(micros).as_py()
-    if lo is None:
-        return np.zeros(n, bool)
-    earliest = lo // _DAY_US
-    models, model_values = _codes(raw["model"])
-    tiers, tier_values = _codes(raw["speed_tier"])
-    first = {(m, t): (d - _EPOCH).days for m, t, d in rules.priced_from}
-    suspect = [
-        (i * len(tier_values) + j, first.get((m, t)))
-        for i, m in enumerate(model_values)
-        if m in rules.models
-        for j, t in enumerate(tier_values)
-        if t in SPEED_TIERS and first.get((m, t), earliest + 1) > earliest
-    ]
-    if not suspect:
-        return np.zeros(n, bool)
-    codes = models.astype(np.int64) * len(tier_values) + tiers
-    present = ~_missing(raw["model"]) & ~_missing(raw["speed_tier"]) & ~_missing(times)
-    out = np.zeros(n, bool)
-    us = micros.fill_null(0).to_numpy()
-    for code, day in suspect:
-        rows = np.flatnonzero((codes == code) & present)
-        if len(rows):
-            out[rows] = True if day is None else us[rows] // _DAY_US < day
-    return out
-
-
 def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:  # type: ignore[no-untyped-def]
     present = ~_missing(col)
     return present & ~_per_value(col, lambda c: pc.is_in(c, value_set=pa.array(sorted(allowed), pa.string())))
 
 
-def _to_lake(raw: pa.Table, times: pa.Array, landing_date: dt.date, source_file: str) -> pa.Table:
-    fields = {f.name: f for f in INGEST_SCHEMA}
+def _to_lake(
+    raw: pa.Table, times: dict[str, pa.Array], landing_date: dt.date, source_file: str, dataset: Dataset
+) -> pa.Table:
+    fields = {f.name: f for f in dataset.ingest}
     cols = {
-        f.name: (times if f.name == "event_time" else _as(raw[f.name], fields[f.name].type))
-        for f in EVENT_SCHEMA
+        f.name: (times[f.name] if f.name in times else _as(raw[f.name], fields[f.name].type))
+        for f in dataset.payload
     }
     n = raw.num_rows
     cols["_landing_date"] = pa.array(np.full(n, np.datetime64(landing_date, "D"))).cast(pa.date32())
@@ -334,7 +314,7 @@ def _to_lake(raw: pa.Table, times: pa.Array, landing_date: dt.date, source_file:
         pa.array(np.zeros(n, np.int32)), pa.array([source_file], pa.string())
     )
     cols[ROW_NUMBER] = raw[ROW_NUMBER]
-    return pa.table(cols, schema=INGEST_SCHEMA.append(pa.field(ROW_NUMBER, pa.int64())))
+    return pa.table(cols, schema=dataset.ingest.append(pa.field(ROW_NUMBER, pa.int64())))
 
 
 def _as(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
@@ -354,7 +334,9 @@ def _rows_as_json(rows: pa.Table) -> pa.Array:
     return pa.array([json.dumps(r, default=str) for r in rows.to_pylist()], pa.string())
 
 
-def _quarantine(chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_file: str) -> pa.Table:  # type: ignore[no-untyped-def]
+def _quarantine(  # type: ignore[no-untyped-def]
+    chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_file: str, dataset: Dataset
+) -> pa.Table:
     idx = pa.array(np.flatnonzero(bad))
     rows = chunk.table.take(idx)
     parts = [pc.if_else(pa.array(mask[bad]), code + ",", "") for code, mask in checks if mask.any()]
@@ -369,7 +351,7 @@ def _quarantine(chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_f
             "landing_date": pa.array([landing_date] * n, pa.date32()),
             "source_file": pa.array([source_file] * n, pa.string()),
             "row_number": rows[ROW_NUMBER],
-            "event_id": rows["event_id"],
+            "event_id": rows[dataset.id_field],
             "reason": reasons,
             "detail": pa.nulls(n, pa.string()),
             "raw": raw_text,

@@ -2,10 +2,11 @@
 
 Generates the scenario (2026-02-01 .. 2026-09-30 by default, about 2.2M events), loads the accounts,
 ingests every landing date in one pipeline run, gates, aggregates and meters the whole range,
-invoices every month (the last stays open), exports August's documents (CSV, Parquet, HTML), writes
-the retirement report, prints a summary (``demo_summary``) and ends with what it wrote and the time
-per step. It runs the same step functions as ``run-day`` (``jobs/run_day.py``) on a new warehouse
-and new folders, and refuses ones that hold data it did not create.
+computes the effectiveness of every week, invoices every month (the last stays open), exports
+August's documents (CSV, Parquet, HTML), writes the effectiveness and retirement reports, prints a
+summary (``demo_summary``) and ends with what it wrote and the time per step. It runs the same step
+functions as ``run-day`` (``jobs/run_day.py``) on a new warehouse and new folders, and refuses ones
+that hold data it did not create.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pipelines.invoicing import documents as invoicing
 from pipelines.jobs import demo_summary as summary
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
-from pipelines.jobs.run_day import aggregate_step, gate_step, ingest_step, meter_runs
+from pipelines.jobs.run_day import aggregate_step, effectiveness_step, gate_step, ingest_step, meter_runs
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, redact, upgrade
@@ -97,13 +98,16 @@ STEPS = (
     "data quality",
     "aggregate usage",
     "meter quota pools",
+    "effectiveness",
     "invoices",
     "invoice exports",
+    "effectiveness report",
     "retirement report",
 )
 # The demo's days hold about 9,000 events: 2 dedup shards (files per day) instead of the default 8,
 # which is sized for days of millions. A lake's shard count is fixed when it is created.
 DEMO_SHARDS = 2
+FAST_MODEL = "gpt-5.3-codex-spark"  # the scenario's fast model: its head-to-head is printed
 REPORT_AS_OF = dt.date(2026, 8, 24)  # the week the fast model's retirement was weighed, in the scenario
 
 
@@ -119,6 +123,7 @@ def run_demo(
     err: Console,
 ) -> None:
     from pipelines.adoption.retirement import run as retirement_report
+    from pipelines.effectiveness import report as effectiveness_report
     from pipelines.ingest.quality_pages import index_path
     from pipelines.invoicing.export import export
 
@@ -174,6 +179,8 @@ def run_demo(
         local = [dates[0] - dt.timedelta(days=1), *dates, dates[-1] + dt.timedelta(days=1)]
         meter_runs(settings, local, beam_args)
         step(STEPS[7])
+        effectiveness_step(settings, beam_args)
+        step(STEPS[8])
         months = sorted({d.strftime("%Y-%m") for d in dates})
         open_months: list[str] = []
         for month in months:  # the last month is still open (its grace days have not landed): drafts only
@@ -181,13 +188,21 @@ def run_demo(
                 open_months.append(month)
             else:
                 invoicing.finalize(engine, catalog, month)
-        step(STEPS[8])
+        step(STEPS[9])
         closed = [m for m in months if m not in open_months]
         exports = Path(settings.exports) / closed[-1] if closed else None
         if exports is not None:
             export(engine, closed[-1], exports, "csv")
             export(engine, closed[-1], exports, "parquet", html=False)
-        step(STEPS[9])
+        step(STEPS[10])
+        effectiveness_dir = Path(settings.reports) / "effectiveness"
+        try:
+            effect: dict | None = effectiveness_report.run(
+                engine, settings.lake, catalog, dates[0], dates[-1], effectiveness_dir
+            )
+        except UsageBillingError:  # a demo shorter than one complete week
+            effect = None
+        step(STEPS[11])
         as_of = min(REPORT_AS_OF, dates[-1])
         report_dir = Path(settings.reports) / as_of.isoformat()
         try:
@@ -207,6 +222,8 @@ def run_demo(
             f"{month} is still open (the landing days of its grace for late data are not ingested): "
             "drafted as open-month drafts, which are never finalized"
         )
+    if effect is not None:
+        summary.head_to_head(out, effect["view"], FAST_MODEL)
     failed = [r for r in reports if r.failed_errors]
     out.print(
         f"data quality: {len(reports)} partitions checked, {len(failed)} failed"
@@ -219,6 +236,8 @@ def run_demo(
         outputs.append(("retirement report", report_dir / "report.html"))
     else:
         out.print(f"no retirement report: {no_report}")
+    if effect is not None:
+        outputs.append(("effectiveness report", effectiveness_dir / "effectiveness.html"))
     outputs.append(("data quality, every date", index_path(settings.lake)))
     if exports is not None:
         outputs += [
@@ -229,6 +248,8 @@ def run_demo(
         ]
     if report is not None:
         outputs.append(("retirement report (JSON, Markdown)", report_dir / "report.json"))
+    if effect is not None:
+        outputs.append(("effectiveness (JSON, Markdown)", effectiveness_dir / "effectiveness.json"))
     outputs += [
         ("warehouse (SQL: the finance_* views)", redact(settings.database_url)),
         ("lake", settings.lake),

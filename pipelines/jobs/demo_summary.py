@@ -1,5 +1,6 @@
 """What the demo prints at its end: ingest counts, tokens per model and month, output speed, quota,
-the backup tank, one charge explained, the invoices by speed tier and the reconciliation's gaps."""
+the backup tank, one charge explained, the invoices by speed tier, the reconciliation's gaps and the
+fast model's effectiveness against its successor."""
 
 from __future__ import annotations
 
@@ -241,9 +242,13 @@ def speed(out: Console, rows: list[dict]) -> None:
 
 def ingest_and_tokens(out: Console, result: ingest.IngestResult, tokens: dict[str, dict[str, int]]) -> None:
     counts = Table(title="Ingest", box=box.SIMPLE_HEAD)
-    for col in ("rows read", "ingested", "quarantined", "duplicates"):
+    counts.add_column("rows")
+    for col in ("read", "ingested", "quarantined", "duplicates"):
         counts.add_column(col, justify="right")
-    counts.add_row(*(f"{result.total(k):,}" for k in ("rows_read", "clean", "quarantined", "duplicates")))
+    keys = ("rows_read", "clean", "quarantined", "duplicates")
+    counts.add_row("usage events", *(f"{result.total(k):,}" for k in keys))
+    if result.outcome_stats:
+        counts.add_row("task outcomes", *(f"{result.total(k, outcomes=True):,}" for k in keys))
     out.print(counts)
     months = sorted({m for per in tokens.values() for m in per})
     title = "Tokens (input + output) per model per month, millions"
@@ -256,3 +261,48 @@ def ingest_and_tokens(out: Console, result: ingest.IngestResult, tokens: dict[st
             model, *(f"{tokens[model][m] / 1e6:.0f}" if tokens[model].get(m) else "-" for m in months)
         )
     out.print(table)
+
+
+def head_to_head(out: Console, view: dict, model: str) -> None:
+    """The effectiveness head-to-head of ``model`` against its catalog successor, per task class."""
+    from pipelines.effectiveness.figures import ALL_TIERS, duration, money, sentence
+
+    items = [i for i in view["head_to_head"] if i["model"] == model]
+    if not items:
+        out.print(f"effectiveness: {model} and its successor have no tasks in the same weeks")
+        return
+    cur = view["currency"]
+    successor = items[0]["successor"]
+    table = Table(
+        title=f"Effectiveness: {model} against {successor}, per task class",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for col in (
+        "class",
+        "model",
+        "tasks",
+        "one-pass",
+        "end to end",
+        "w/o rework",
+        "per accepted",
+        "w/o rework",
+    ):
+        table.add_column(col, justify="left" if col in ("class", "model") else "right", no_wrap=True)
+    for item in items:
+        rows = [item["model_row"], *item["successor_rows"]]
+        for i, g in enumerate(rows):
+            name = g["model"] if g["speed_tier"] == ALL_TIERS else f"{g['model']} {g['speed_tier']}"
+            table.add_row(
+                item["task_class"] if i == 0 else "",
+                name,
+                f"{g['tasks']:,}",
+                f"{g['one_pass_rate']:.0%}",
+                duration(g["e2e_ms_mean"]),
+                duration(g["e2e_ms_mean"] - g["rework_ms_mean"]),
+                money(g["cost_per_accepted_task"], cur),
+                money(g["cost_without_rework"], cur),
+            )
+    out.print(table)
+    multi = next((i for i in items if i["task_class"] == "multi_file"), items[0])
+    out.print(sentence(multi, cur))

@@ -8,7 +8,9 @@ What the data shows, driven by the catalog:
   churn week after week until a few dozen heavy users remain; they use it mostly on days when
   their main pool is already exhausted (the backup tank);
 - a speed tier that starts selling mid-range (the flagship's ultrafast) is adopted from its first day;
-- a configurable share of resends (exact duplicates) and of late events (landing days later).
+- a configurable share of resends (exact duplicates) and of late events (landing days later);
+- requests grouped into tasks with their outcomes (``generate_tasks``): one-pass, rework and
+  abandoned shares per model and task class, rework times, orphan outcomes and open tasks.
 
 Usage: ``usage-billing events generate --days 30 --accounts 2000 --events-per-day 20000``.
 """
@@ -24,6 +26,9 @@ import pyarrow.compute as pc
 
 from billing.calendar import weekday
 from billing.pricing import tiers_sold
+from pipelines.jobs import generate_tasks
+from pipelines.jobs.generate_accounts import account_ids as _account_ids
+from pipelines.jobs.generate_accounts import account_rows as _account_rows
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA, SPEED_TIERS
 from schemas.limits import LATEST_DATE
@@ -84,6 +89,7 @@ class Generated:
     accounts: list[dict[str, str]]
     duplicates: int
     late: int
+    outcomes: pa.Table | None = None  # OUTCOME_SCHEMA + landing_date (date32); orphans and resends included
 
 
 def _ramp(x: np.ndarray) -> np.ndarray:
@@ -237,6 +243,8 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
     has_duration = rng.random(n) >= 0.05
     start_us = (days.astype("datetime64[us]").astype(np.int64))[day]
     times = start_us + rng.integers(0, DAY_US, n)
+    task_rng = np.random.default_rng([cfg.seed, 26])  # its own stream: the events' draws stay as they were
+    task, times, tier = generate_tasks.group_tasks(task_rng, acc, model, tier, day, times, duration)
     user_n = rng.integers(0, 4, n)
     no_user = rng.random(n) < 0.1
     err_idx = rng.integers(0, len(ERROR_CODES), n)
@@ -246,6 +254,7 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
     input_tok, cached, output_tok = input_tok[order], cached[order], output_tok[order]
     duration, has_duration, is_error = duration[order], has_duration[order], is_error[order]
     user_n, no_user, err_idx, event_day = user_n[order], no_user[order], err_idx[order], day[order]
+    task = task[order]
 
     ids = pc.binary_join_element_wise("ev-", str(cfg.seed), "-", pa.array(np.arange(n)).cast(pa.string()), "")
     user_ids = pc.binary_join_element_wise(
@@ -268,15 +277,31 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
             "duration_ms": pa.array(duration, mask=~has_duration),
             "status": pa.array(["ok", "error"]).take(pa.array(is_error.astype(np.int8))),
             "error_code": pc.if_else(pa.array(is_error), error_code, pa.nulls(n, pa.string())),
+            "task_id": pc.if_else(
+                pa.array(task >= 0),
+                pc.binary_join_element_wise("t-", str(cfg.seed), "-", pa.array(task).cast(pa.string()), ""),
+                pa.nulls(n, pa.string()),
+            ),
         },
         schema=EVENT_SCHEMA,
     )
+    outcomes, outcome_landing = generate_tasks.outcomes(
+        task_rng,
+        table,
+        task,
+        catalog.model_ids,
+        n_days,
+        int(days[0].astype("datetime64[us]").astype(np.int64)),
+        cfg.seed,
+        account_ids,
+    )
+    outcomes = outcomes.append_column("landing_date", pa.array(days[outcome_landing]).cast(pa.date32()))
     table, landing, dups, late = _arrivals(rng, cfg, table, event_day)
     table = table.append_column("landing_date", pa.array(days[landing]).cast(pa.date32()))
     accounts = _account_rows(
         cfg, account_ids, plan_names, plan_idx, tz_names, tz_idx, joined, leaves, upgrade_day, day_list
     )
-    return Generated(events=table, accounts=accounts, duplicates=dups, late=late)
+    return Generated(events=table, accounts=accounts, duplicates=dups, late=late, outcomes=outcomes)
 
 
 def _base_speed(model_id: str) -> float:
@@ -292,11 +317,6 @@ def _tokens(rng: np.random.Generator, n: int, in_log: float, out_log: float) -> 
     inp = np.clip(rng.lognormal(in_log, 1.0, n), 1, 400_000).astype(np.int64)
     out = np.clip(rng.lognormal(out_log, 0.9, n), 1, 64_000).astype(np.int64)
     return inp, out
-
-
-def _account_ids(n_acc: int) -> pa.Array:
-    width = max(5, len(str(n_acc)))
-    return pa.array([f"acct-{i:0{width}d}" for i in range(1, n_acc + 1)])  # one per account, not event
 
 
 def _pool_model_events(
@@ -345,49 +365,6 @@ def _arrivals(rng, cfg: GeneratorConfig, table: pa.Table, event_day: np.ndarray)
     table = pa.concat_tables([table, table.take(pa.array(dup_idx))])
     landing = np.minimum(np.concatenate([landing, dup_landing]), cfg.days - 1)
     return table, landing, len(dup_idx), int(late.sum())
-
-
-def _account_rows(
-    cfg, account_ids, plan_names, plan_idx, tz_names, tz_idx, joined, leaves, upgrade_day, day_list
-):  # type: ignore[no-untyped-def]
-    rows: list[dict[str, str]] = []
-    ids = account_ids.to_pylist()
-    for i, account in enumerate(ids):  # one row per account: thousands, not events
-        plan = plan_names[plan_idx[i]] or ""
-        tz = tz_names[tz_idx[i]]
-        start = day_list[joined[i]].isoformat()
-        until = day_list[leaves[i] - 1].isoformat() if leaves[i] < cfg.days else ""
-        if upgrade_day[i] > 0 and (leaves[i] >= cfg.days or upgrade_day[i] < leaves[i]):
-            switch = day_list[upgrade_day[i]]
-            rows.append(
-                {
-                    "account_id": account,
-                    "plan": plan,
-                    "timezone": tz,
-                    "active_from": start,
-                    "active_until": (switch - dt.timedelta(days=1)).isoformat(),
-                }
-            )
-            rows.append(
-                {
-                    "account_id": account,
-                    "plan": "pro",
-                    "timezone": tz,
-                    "active_from": switch.isoformat(),
-                    "active_until": until,
-                }
-            )
-        else:
-            rows.append(
-                {
-                    "account_id": account,
-                    "plan": plan,
-                    "timezone": tz,
-                    "active_from": start,
-                    "active_until": until,
-                }
-            )
-    return rows
 
 
 # -- writing landing files ----------------------------------------------------------------------

@@ -57,8 +57,35 @@ def _write_parts(table: pa.Table, folder: str, stem: str, suffix: str, rows_per_
     return paths
 
 
+def _write_outcomes(outcomes: pa.Table, cfg: GeneratorConfig, landing_root: str, rng) -> list[str]:  # type: ignore[no-untyped-def]
+    """Task outcomes beside the events: ``outcomes-D.parquet`` and/or ``outcomes-D.jsonl.gz``."""
+    landing = outcomes["landing_date"].to_numpy().astype("datetime64[D]")
+    order = np.argsort(landing, kind="stable")
+    table = outcomes.drop_columns(["landing_date"]).take(pa.array(order))
+    landing = landing[order]
+    to_jsonl = {
+        "mixed": rng.random(table.num_rows) < 0.5,
+        "parquet": np.zeros(table.num_rows, bool),
+        "jsonl": np.ones(table.num_rows, bool),
+    }[cfg.fmt]
+    written: list[str] = []
+    bounds = np.append(np.searchsorted(landing, np.unique(landing)), len(landing))
+    for b0, b1 in itertools.pairwise(bounds):
+        day = str(landing[b0])
+        folder = os.path.join(landing_root, day)
+        os.makedirs(folder, exist_ok=True)
+        part = table.slice(b0, b1 - b0)
+        mask = pa.array(to_jsonl[b0:b1])
+        written += _write_parts(
+            part.filter(pc.invert(mask)), folder, f"outcomes-{day}", ".parquet", cfg.rows_per_file
+        )
+        written += _write_parts(part.filter(mask), folder, f"outcomes-{day}", ".jsonl.gz", cfg.rows_per_file)
+    return written
+
+
 def write_landing(gen: Generated, cfg: GeneratorConfig, landing_root: str) -> list[str]:
-    """One folder per landing day: ``gateway-D.parquet`` and/or ``batch-D.jsonl.gz``; plus accounts.csv."""
+    """One folder per landing day: ``gateway-D.parquet`` and/or ``batch-D.jsonl.gz``, the day's task outcomes
+    (``outcomes-D.*``); plus accounts.csv."""
     rng = np.random.default_rng(cfg.seed + 1)
     landing = gen.events["landing_date"].to_numpy().astype("datetime64[D]")
     order = np.argsort(landing, kind="stable")
@@ -81,6 +108,8 @@ def write_landing(gen: Generated, cfg: GeneratorConfig, landing_root: str) -> li
         pq_part, js_part = part.filter(pc.invert(mask)), part.filter(mask)
         written += _write_parts(pq_part, folder, f"gateway-{day}", ".parquet", cfg.rows_per_file)
         written += _write_parts(js_part, folder, f"batch-{day}", ".jsonl.gz", cfg.rows_per_file)
+    if gen.outcomes is not None and gen.outcomes.num_rows:
+        written += _write_outcomes(gen.outcomes, cfg, landing_root, rng)
     os.makedirs(landing_root, exist_ok=True)
     with open(os.path.join(landing_root, "accounts.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(

@@ -1,6 +1,7 @@
-"""The run-day chain: ingest, the data-quality gate, aggregate, meter.
+"""The run-day chain: ingest, the data-quality gate, aggregate, meter, effectiveness.
 
-One function per step (``ingest_step``, ``gate_step``, ``aggregate_step``, ``meter_changed``), each
+One function per step (``ingest_step``, ``gate_step``, ``aggregate_step``, ``meter_changed``,
+``effectiveness_step``), each
 a ``run(argv)`` of one pipeline or a warehouse call: a step only decides which dates it works on.
 The recompute queue's rows are marked by the aggregate and meter pipelines themselves
 (``pipelines.warehouse.recompute``), whoever runs them. ``ingest_and_aggregate`` chains them for
@@ -36,6 +37,7 @@ class DayResult:
     aggregated: list[dt.date] = field(default_factory=list)
     metered: list[str] = field(default_factory=list)  # per metering run: its dates, what it started from
     blocked: list[dt.date] = field(default_factory=list)  # dates the data-quality gate stopped
+    effectiveness: list[dt.date] = field(default_factory=list)  # ISO weeks whose effectiveness was computed
 
 
 def date_args(dates: list[dt.date]) -> list[str]:
@@ -157,6 +159,18 @@ def meter_changed(
     return meter_runs(settings, sorted(local), beam_args)
 
 
+def effectiveness_step(
+    settings: Settings,
+    beam_args: list[str] | None = None,
+    skip: set[dt.date] | frozenset[dt.date] = frozenset(),
+) -> list[dt.date]:
+    """The weeks whose requests or outcomes changed since they were computed (the effectiveness
+    queue), but those of ``skip`` dates (stopped by the gate, left queued); returns the weeks."""
+    from pipelines.effectiveness import pipeline
+
+    return pipeline.run([*settings.argv(), *(beam_args or [])], skip=skip)
+
+
 def ingest_and_aggregate(
     settings: Settings,
     dates: list[dt.date],
@@ -184,7 +198,9 @@ def ingest_and_aggregate(
     aggregate_step(settings, runnable, beam_args)
     step("meter")
     metered = meter_changed(settings, runnable, beam_args, skip=blocked)
-    done = DayResult(result, runnable, metered, sorted(blocked))
+    step("effectiveness")
+    weeks = effectiveness_step(settings, beam_args, skip=blocked)
+    done = DayResult(result, runnable, metered, sorted(blocked), weeks)
     try:
         quality.require_passed(reports, settings.lake)
     except DataQualityError as exc:

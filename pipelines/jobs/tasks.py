@@ -72,6 +72,14 @@ def meter_dates(dates: list[str]) -> list[str]:
     return meter_changed(settings(), sorted(dt.date.fromisoformat(d) for d in dates))
 
 
+def effectiveness_weeks(gated: list[str]) -> list[str]:
+    """Compute the effectiveness of every ISO week whose requests or outcomes changed (the queue);
+    ``gated``: the dates the gate let through (they are in the queue already)."""
+    from pipelines.jobs.run_day import effectiveness_step
+
+    return [w.isoformat() for w in effectiveness_step(settings())]
+
+
 def remeter_month(month: str) -> list[str]:
     """Before a draft: meter again the days of ``month`` that an accounts load or a change of the
     catalog's plans made out of date (a draft refuses the month until then)."""

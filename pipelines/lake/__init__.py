@@ -31,6 +31,7 @@ from pipelines.lake.parquet import (  # noqa: F401
 from pipelines.lake.paths import (  # noqa: F401
     EVENTS,
     META_FILE,
+    OUTCOMES,
     QUARANTINE,
     STAGING,
     create_object,

@@ -20,6 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.errors import UsageBillingError
 
 EVENTS = "events"
+OUTCOMES = "outcomes"
 QUARANTINE = "quarantine"
 STAGING = "_staging"
 META_FILE = "_lake.json"

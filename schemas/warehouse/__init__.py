@@ -4,7 +4,7 @@ Token counts are 64-bit integers, money is ``Numeric`` (``Decimal``), timestamps
 Each table states its grain in its docstring; the primary key is that grain, so a reload of the
 same grain replaces rows instead of adding twins. Callers use ``from schemas.warehouse import ...``;
 the tables live in ``operations`` (accounts, runs, locks, data quality), ``usage`` (usage and
-adoption) and ``billing`` (metering and invoices), on ``base.Base``.
+adoption), ``billing`` (metering and invoices) and ``effectiveness`` (task outcomes), on ``base.Base``.
 """
 
 from schemas.warehouse.base import (  # noqa: F401
@@ -21,6 +21,11 @@ from schemas.warehouse.billing import (  # noqa: F401
     MeteredDay,
     MeterQueue,
     PoolUsage,
+)
+from schemas.warehouse.effectiveness import (  # noqa: F401
+    EffectivenessQueue,
+    EffectivenessWeek,
+    TaskEffectiveness,
 )
 from schemas.warehouse.operations import (  # noqa: F401
     Account,

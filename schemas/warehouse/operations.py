@@ -27,12 +27,16 @@ class Account(Base):
 
 
 class IngestRun(Base):
-    """One row per ingest run and landing date: what was read and where every row went."""
+    """One row per ingest run, landing date and dataset (usage events, task outcomes): what was read
+    and where every row went."""
 
     __tablename__ = "ingest_runs"
 
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     landing_date: Mapped[dt.date] = mapped_column(primary_key=True)
+    dataset: Mapped[str] = mapped_column(
+        String(16), primary_key=True, server_default="events", comment="events | outcomes"
+    )
     started_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime]
     files: Mapped[int] = mapped_column(comment="files found in the landing folder")

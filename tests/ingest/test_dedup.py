@@ -43,6 +43,7 @@ def _rows(ids, tokens=None, landing=dt.date(2026, 3, 1), source="a.jsonl", day=1
             "duration_ms": pa.nulls(n, pa.int64()),
             "status": ["ok"] * n,
             "error_code": pa.nulls(n, pa.string()),
+            "task_id": pa.nulls(n, pa.string()),
             "_landing_date": [landing] * n,
             "_source_file": [source] * n,
         },

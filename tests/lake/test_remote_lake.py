@@ -76,7 +76,7 @@ def _ingest(settings, dates) -> ingest.IngestResult:  # type: ignore[no-untyped-
 
 
 def _runs(url: str) -> list[tuple]:
-    return sorted(r[1:2] + r[4:8] for r in table_rows(url, IngestRun))
+    return sorted(r[1:3] + r[5:9] for r in table_rows(url, IngestRun))  # landing, dataset, the counts
 
 
 def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_settings, tmp_path, catalog):

@@ -13,7 +13,7 @@ def test_every_field_states_its_rule_and_the_schema_its_version():
     assert EVENT_SCHEMA.field("event_time").type == pa.timestamp("us", tz="UTC")
     assert EVENT_SCHEMA.field("input_tokens").metadata[b"unit"] == b"tokens"
     assert set(REQUIRED_FIELDS) == {f.name for f in EVENT_SCHEMA if not f.nullable}
-    assert {"user_id", "duration_ms", "error_code"} == {f.name for f in EVENT_SCHEMA if f.nullable}
+    assert {"user_id", "duration_ms", "error_code", "task_id"} == {f.name for f in EVENT_SCHEMA if f.nullable}
     assert LAKE_SCHEMA.names[: len(EVENT_SCHEMA)] == EVENT_SCHEMA.names
 
 

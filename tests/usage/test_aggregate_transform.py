@@ -33,6 +33,7 @@ def _lake_file(path, rows):  # type: ignore[no-untyped-def]
             "duration_ms": pa.array([r[8] if len(r) > 8 else None for r in rows], pa.int64()),
             "status": [r[7] for r in rows],
             "error_code": pa.array(["timeout" if r[7] == "error" else None for r in rows], pa.string()),
+            "task_id": pa.nulls(n, pa.string()),
             "_landing_date": [dt.date(2026, 3, 2)] * n,
             "_source_file": ["x"] * n,
         },
