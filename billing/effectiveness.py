@@ -8,9 +8,10 @@ time including that rework, and the cost per accepted task including the person'
   between the UTC dates of its started_at and completed_at (inclusive) (``task_requests``).
 - Attribution: the (model, speed_tier) with the most output tokens among its requests; ties go to the
   lower model id, then to the slower tier; ``mixed``: more than one (model, tier) (``tasks``).
-- Per task: one_pass, reworked, abandoned; e2e_ms = completed_at - started_at (exact, from
-  microseconds); model_ms = sum of duration_ms (null counts 0); token cost at the rate card (no pools)
-  on each request's UTC day, exact; rework_ms.
+- Per task: one_pass, reworked, abandoned; e2e = completed_at - started_at, kept exact in
+  microseconds (``e2e_us``: in milliseconds it may have three decimals); model_ms = sum of
+  duration_ms (null counts 0); token cost at the rate card (no pools) on each request's UTC day,
+  exact; rework_ms.
 - Per group (``group_metrics``): counts and shares, means half-up to whole ms, nearest-rank p50 and
   p90 (the ceil(q x n)-th smallest), sums of exact costs half-up to cents, and the cost per accepted
   task ((token + rework cost, abandoned tasks included) / accepted, half-up to cents; None when none
@@ -72,7 +73,7 @@ TASK_SCHEMA = pa.schema(
         ("one_pass", pa.bool_()),
         ("reworked", pa.bool_()),
         ("abandoned", pa.bool_()),
-        ("e2e_ms", pa.int64()),
+        ("e2e_us", pa.int64()),  # completed_at - started_at, exact
         ("model_ms", pa.int64()),
         ("rework_ms", pa.int64()),
         ("token_cost", COST),  # tokens x price per 1M, summed: the currency x 1,000,000
@@ -209,7 +210,7 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
             pc.and_(accepted, pc.invert(rework)),
             pc.and_(accepted, rework),
             pc.equal(outcome, "abandoned"),
-            pa.array(span_us // 1000),  # exact: whole milliseconds of a microsecond span, truncated
+            pa.array(span_us),
             pc.fill_null(sums["duration_ms_sum"], 0).cast(pa.int64()),
             out["rework_ms"].cast(pa.int64()),
             sums["cost_sum"].cast(COST),
@@ -247,7 +248,7 @@ def group_metrics(task_rows: pa.Table, rework_cost_per_hour: Decimal) -> list[di
         pa.array([ALL_CLASSES] * task_rows.num_rows, pa.string()),
     )
     rows = pa.concat_tables([task_rows, everything])
-    rows = rows.sort_by([(k, "ascending") for k in GROUP_KEYS] + [("e2e_ms", "ascending")])
+    rows = rows.sort_by([(k, "ascending") for k in GROUP_KEYS] + [("e2e_us", "ascending")])
     key_cols = [rows[k].combine_chunks() for k in GROUP_KEYS]
     encoded = np.zeros(rows.num_rows, np.int64)
     for col in key_cols:  # a run id per group: rows are sorted by the keys
@@ -256,13 +257,13 @@ def group_metrics(task_rows: pa.Table, rework_cost_per_hour: Decimal) -> list[di
         encoded |= change
     starts = np.flatnonzero(np.concatenate(([True], encoded[1:].astype(bool))))
     ends = np.append(starts[1:], rows.num_rows)
-    e2e = rows["e2e_ms"].to_numpy()
+    e2e = rows["e2e_us"].to_numpy()
     ints = {c: rows[c].to_numpy() for c in ("model_ms", "rework_ms")}
     flags = {
         c: rows[c].to_numpy(zero_copy_only=False).astype(np.int64)
         for c in ("one_pass", "reworked", "abandoned", "mixed")
     }
-    cum = {c: np.concatenate(([0], np.cumsum(v))) for c, v in {**flags, **ints, "e2e_ms": e2e}.items()}
+    cum = {c: np.concatenate(([0], np.cumsum(v))) for c, v in {**flags, **ints, "e2e_us": e2e}.items()}
     costs = rows["token_cost"].combine_chunks()
     out = []
     keys_py = [col.take(pa.array(starts)).to_pylist() for col in key_cols]
@@ -291,9 +292,9 @@ def group_metrics(task_rows: pa.Table, rework_cost_per_hour: Decimal) -> list[di
                 "one_pass_rate": total["one_pass"] / n,
                 "rework_share": total["reworked"] / n,
                 "abandon_share": total["abandoned"] / n,
-                "e2e_ms_mean": half_up(Fraction(total["e2e_ms"], n)),
-                "e2e_ms_p50": nearest_rank(values, 1, 2),
-                "e2e_ms_p90": nearest_rank(values, 9, 10),
+                "e2e_ms_mean": half_up(Fraction(total["e2e_us"], 1000 * n)),
+                "e2e_ms_p50": Decimal(nearest_rank(values, 1, 2)) / 1000,  # exact: three decimals at most
+                "e2e_ms_p90": Decimal(nearest_rank(values, 9, 10)) / 1000,
                 "model_ms_mean": half_up(Fraction(total["model_ms"], n)),
                 "rework_ms_total": total["rework_ms"],
                 "token_cost": cents(token_exact),
@@ -314,7 +315,9 @@ def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float,
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return (low, high)
 
 
 def complete_weeks(first: dt.date, last: dt.date) -> list[dt.date]:

@@ -59,8 +59,12 @@ def upgrade() -> None:
             nullable=False,
             comment="completed_at - started_at, mean, half-up to whole ms",
         ),
-        sa.Column("e2e_ms_p50", sa.BigInteger(), nullable=False, comment="nearest rank"),
-        sa.Column("e2e_ms_p90", sa.BigInteger(), nullable=False, comment="nearest rank"),
+        sa.Column(
+            "e2e_ms_p50", sa.Numeric(precision=20, scale=3), nullable=False, comment="nearest rank, exact"
+        ),
+        sa.Column(
+            "e2e_ms_p90", sa.Numeric(precision=20, scale=3), nullable=False, comment="nearest rank, exact"
+        ),
         sa.Column(
             "model_ms_mean", sa.BigInteger(), nullable=False, comment="sum of the requests' duration_ms, mean"
         ),

@@ -75,7 +75,7 @@ WITH_REWORK = "#f58518"
 WITHOUT_REWORK = "#54a24b"
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
-table{border-collapse:collapse;margin:8px 0 20px}td,th{border-bottom:1px solid #ddd;padding:4px 8px;
+table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}td,th{border-bottom:1px solid #ddd;padding:4px 8px;
 text-align:right;white-space:nowrap}th{background:#f3f3f3}td.l,th.l{text-align:left}
 .note{color:#555}.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 """
@@ -194,7 +194,7 @@ def cost_chart(rows: list[dict], currency: str, width: int = 900) -> str:
 
 def _h2h_table(item: dict, currency: str) -> str:
     head = (
-        "<tr><th class='l'>model</th><th>tasks</th><th>one-pass (95%)</th><th>rework</th><th>abandoned</th>"
+        "<tr><th class='l'>model</th><th>tasks</th><th>one-pass (95%)</th><th>rework</th>"
         "<th>end to end</th><th>p90</th><th>model time</th><th>cost / accepted incl. rework</th><th>without rework</th></tr>"
     )
     body = []
@@ -203,7 +203,7 @@ def _h2h_table(item: dict, currency: str) -> str:
         body.append(
             f"<tr><td class='l'>{e(name)}</td><td>{g['tasks']:,}</td><td>{g['one_pass_rate']:.1%} "
             f"({g['one_pass_low']:.0%}-{g['one_pass_high']:.0%})</td><td>{g['rework_share']:.1%}</td>"
-            f"<td>{g['abandon_share']:.1%}</td><td>{_duration(g['e2e_ms_mean'])}</td><td>{_duration(g['e2e_ms_p90'])}</td>"
+            f"<td>{_duration(g['e2e_ms_mean'])}</td><td>{_duration(g['e2e_ms_p90'])}</td>"
             f"<td>{_duration(g['model_ms_mean'])}</td><td>{e(_money(g['cost_per_accepted_task'], currency))}</td>"
             f"<td>{e(_money(g['cost_without_rework'], currency))}</td></tr>"
         )

@@ -37,6 +37,7 @@ from schemas.outcomes import MAX_TASK_DAYS, OUTCOME_LAKE_SCHEMA
 from schemas.warehouse import EffectivenessQueue, EffectivenessWeek, TaskEffectiveness
 
 STEP = "effectiveness"
+MS = pa.decimal128(20, 3)  # milliseconds of a microsecond span, exact
 TASKS = (
     "tasks"  # lake/tasks/date=<week start>/: one row per task of the week (billing.effectiveness.TASK_SCHEMA)
 )
@@ -55,8 +56,8 @@ GROUP_SCHEMA = pa.schema(
         ("rework_share", pa.float64()),
         ("abandon_share", pa.float64()),
         ("e2e_ms_mean", pa.int64()),
-        ("e2e_ms_p50", pa.int64()),
-        ("e2e_ms_p90", pa.int64()),
+        ("e2e_ms_p50", MS),
+        ("e2e_ms_p90", MS),
         ("model_ms_mean", pa.int64()),
         ("rework_ms_total", pa.int64()),
         ("token_cost", AMOUNT),

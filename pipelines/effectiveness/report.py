@@ -59,9 +59,15 @@ GROUP_FIELDS = (
 )
 
 
-def _json_value(value: object) -> object:
+MONEY_FIELDS = ("token_cost", "rework_cost", "cost_per_accepted_task")
+
+
+def _json_value(name: str, value: object) -> object:
+    """A group's value as effectiveness.json has it: money as a decimal string, times as numbers."""
     if isinstance(value, Decimal):
-        return f"{value:.2f}"
+        if name in MONEY_FIELDS:
+            return f"{value:.2f}"
+        return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, dt.date):
         return value.isoformat()
     return value
@@ -75,7 +81,7 @@ def weekly_groups(engine: Engine, weeks: list[dt.date]) -> list[dict]:
             .where(t.week_start.in_(weeks))
             .order_by(t.week_start, t.model, t.speed_tier, t.task_class)
         ).all()
-    return [{c: _json_value(v) for c, v in zip(GROUP_FIELDS, r, strict=True)} for r in rows]
+    return [{c: _json_value(c, v) for c, v in zip(GROUP_FIELDS, r, strict=True)} for r in rows]
 
 
 def computed_weeks(engine: Engine, weeks: list[dt.date]) -> dict[dt.date, dict]:

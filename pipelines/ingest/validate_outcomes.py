@@ -79,8 +79,10 @@ def validate_outcomes(
             _np_mask(pc.and_(rework, pc.equal(raw["outcome"].cast(pa.string()), "abandoned"))),
         )
     )
-    # rework_ms * 1000 > span, without the product's overflow: rework_ms > floor(span / 1000)
-    checks.append(("rework_exceeds_task", _np_mask(pc.greater(rework_ms, pc.divide(span_us, _MS_US)))))
+    # rework_ms * 1000 > span, without the product's overflow: rework_ms > floor(span / 1000); a
+    # negative span is completed_before_started already
+    longer = pc.and_(pc.greater_equal(span_us, 0), pc.greater(rework_ms, pc.divide(span_us, _MS_US)))
+    checks.append(("rework_exceeds_task", _np_mask(longer)))
     future, late = _time_window(times["completed_at"], landing_date, rules)
     checks.append(("future_outcome", future))
     checks.append(("too_late", late))

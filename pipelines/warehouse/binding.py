@@ -81,8 +81,10 @@ def _identity(engine: Engine, lake_root: str, locked: bool = False) -> str | Non
 
 
 def _ingested_rows(engine: Engine) -> int:
+    """Usage events the warehouse has ingested into its lake (task outcomes have their own dataset)."""
+    runs = select(func.coalesce(func.sum(IngestRun.clean), 0)).where(IngestRun.dataset == "events")
     with engine.connect() as conn:
-        return int(conn.execute(select(func.coalesce(func.sum(IngestRun.clean), 0))).scalar_one())
+        return int(conn.execute(runs).scalar_one())
 
 
 def require_lake(

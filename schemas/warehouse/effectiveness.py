@@ -35,8 +35,8 @@ class TaskEffectiveness(Base):
     rework_share: Mapped[float] = mapped_column(Float)
     abandon_share: Mapped[float] = mapped_column(Float)
     e2e_ms_mean: Mapped[int] = mapped_column(comment="completed_at - started_at, mean, half-up to whole ms")
-    e2e_ms_p50: Mapped[int] = mapped_column(comment="nearest rank")
-    e2e_ms_p90: Mapped[int] = mapped_column(comment="nearest rank")
+    e2e_ms_p50: Mapped[Decimal] = mapped_column(Numeric(20, 3), comment="nearest rank, exact")
+    e2e_ms_p90: Mapped[Decimal] = mapped_column(Numeric(20, 3), comment="nearest rank, exact")
     model_ms_mean: Mapped[int] = mapped_column(comment="sum of the requests' duration_ms, mean")
     rework_ms_total: Mapped[int]
     token_cost: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="rate card, no pools; currency")

@@ -296,7 +296,7 @@ def write(folder: Path, big: bool = False) -> list[Case]:
 
 
 if __name__ == "__main__":
-    for old in HERE.iterdir():
-        if old.suffix in (".jsonl", ".json", ".gz", ".parquet", ".csv"):
+    for old in HERE.iterdir():  # the task outcomes' examples are outcome_corpus's
+        if old.suffix in (".jsonl", ".json", ".gz", ".parquet", ".csv") and not old.name.startswith("outcomes"):
             old.unlink()
     print(f"wrote {len(write(HERE))} example files to {HERE}")
