@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from schemas import outcomes
 from schemas.events import REQUIRED_FIELDS, SPEED_TIERS, STATUSES, TOKEN_FIELDS
 
 SUITE_NAME = "usage_events_partition"
+OUTCOME_SUITE_NAME = "task_outcomes_partition"
 PROFILE_SUITE_NAME = "usage_events_partition_profile"
 # The profile row of a partition: rows over the median of the same weekday's previous partitions
 # (null: too little history, not judged), share of rows with a duration, share of status "ok".
@@ -35,6 +37,15 @@ class Check:
     scope: str = "rows"  # rows | profile
     expected: str = ""  # what passing means, as a page says it
     row_local: bool = True  # a row's outcome depends on that row alone (not so for uniqueness)
+    dataset: str = "events"  # the partition it judges: usage events, or task outcomes (``outcomes``)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the check reads."""
+        k = self.kwargs
+        return tuple(
+            k.get("column_list") or [c for c in (k.get("column"), k.get("column_A"), k.get("column_B")) if c]
+        )
 
 
 def partition_checks(models: list[str], max_tokens_per_event: int, volume_factor: float = 3.0) -> list[Check]:
@@ -96,6 +107,55 @@ def partition_checks(models: list[str], max_tokens_per_event: int, volume_factor
             level="warn",
             scope="profile",
             expected="at least 90% of rows have status ok",
+        ),
+    ]
+    return checks
+
+
+def outcome_checks() -> list[Check]:
+    """The task outcomes' suite, on each clean partition of ``lake/outcomes`` (by completion date).
+    A failure stops the effectiveness of that date's week, not billing."""
+    checks = [
+        Check(
+            "outcome_task_unique",
+            "ExpectCompoundColumnsToBeUnique",
+            {"column_list": ["account_id", "task_id"]},
+            expected="no (account_id, task_id) twice in the partition",
+            row_local=False,
+            dataset="outcomes",
+        )
+    ]
+    checks += [
+        Check(
+            f"outcome_{c}_not_null",
+            "ExpectColumnValuesToNotBeNull",
+            {"column": c},
+            expected=f"every outcome has {c}",
+            dataset="outcomes",
+        )
+        for c in outcomes.REQUIRED_FIELDS
+    ]
+    checks += [
+        Check(
+            "outcome_accepted_or_abandoned",
+            "ExpectColumnValuesToBeInSet",
+            {"column": "outcome", "value_set": list(outcomes.OUTCOMES)},
+            expected="outcome is " + " or ".join(outcomes.OUTCOMES),
+            dataset="outcomes",
+        ),
+        Check(
+            "outcome_rework_ms_in_range",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "rework_ms", "min_value": 0},
+            expected="rework_ms is 0 or more",
+            dataset="outcomes",
+        ),
+        Check(
+            "outcome_completed_after_start",
+            "ExpectColumnPairValuesAToBeGreaterThanB",
+            {"column_A": "completed_at", "column_B": "started_at", "or_equal": True},
+            expected="completed_at is at or after started_at",
+            dataset="outcomes",
         ),
     ]
     return checks

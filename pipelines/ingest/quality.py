@@ -28,6 +28,7 @@ from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.ingest.quality_gx import (
     BATCH_ROWS,
     DEFAULT_VOLUME_FACTOR,
+    OUTCOME_ROW_COLUMNS,
     PROFILE_SOURCE_COLUMNS,
     ROW_COLUMNS,
     CheckOutcome,
@@ -53,13 +54,15 @@ PARALLEL_WORKERS = 2
 PARALLEL_MIN_ROWS = 4 * BATCH_ROWS  # below this, starting a second process costs more than it saves
 
 
-def _batches(lake_root: str, days: list[dt.date], weeks: int) -> list[list[tuple[Part, list[str]]]]:
+def _batches(
+    lake_root: str, days: list[dt.date], weeks: int, dataset: str = lake.EVENTS
+) -> list[list[tuple[Part, list[str]]]]:
     """The committed partitions of ``days`` with their files, in batches of about ``BATCH_ROWS`` rows."""
     counts: dict[dt.date, int | None] = {}
     batches: list[list[tuple[Part, list[str]]]] = [[]]
     size = 0
     for day in days:
-        files = lake.list_files(lake.partition(lake_root, lake.EVENTS, day))
+        files = lake.list_files(lake.partition(lake_root, dataset, day))
         if not files:
             counts[day] = None  # a later date's history need not list it again
             continue
@@ -73,7 +76,11 @@ def _batches(lake_root: str, days: list[dt.date], weeks: int) -> list[list[tuple
 
 
 def _validate(
-    lake_root: str, catalog: Catalog, batches: list[list[tuple[Part, list[str]]]], factor: float
+    lake_root: str,
+    catalog: Catalog,
+    batches: list[list[tuple[Part, list[str]]]],
+    factor: float,
+    outcomes: bool = False,
 ) -> list[PartitionReport]:
 
     reports: list[PartitionReport] = []
@@ -81,29 +88,32 @@ def _validate(
         return reports
     # GX takes seconds to import, in Python; reading the first batch (in Arrow) overlaps it.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(Gate, catalog, factor)
+        starting = pool.submit(Gate, catalog, factor, outcomes)
         for batch in batches:
-            table = _read(batch)
+            table = _read(batch, outcomes)
             reports += starting.result().validate_many(table, [part for part, _ in batch])
     return reports
 
 
-def _read(batch: list[tuple[Part, list[str]]]) -> pa.Table:
+def _read(batch: list[tuple[Part, list[str]]], outcomes: bool = False) -> pa.Table:
     """The batch's partitions one after the other: one scan of all their files (Arrow reads them in
     parallel, in the order given), checked to hold each partition's rows where ``parts`` say; else
     partition by partition."""
     from schemas.events import EVENT_SCHEMA
+    from schemas.outcomes import OUTCOME_LAKE_SCHEMA
 
+    schema, columns, time = (
+        (OUTCOME_LAKE_SCHEMA, list(OUTCOME_ROW_COLUMNS), "completed_at")
+        if outcomes
+        else (EVENT_SCHEMA, list(COLUMNS), "event_time")
+    )
     files = [f for _, part_files in batch for f in part_files]
-    table = lake.scan(files, list(COLUMNS), pc.scalar(True), EVENT_SCHEMA)
+    table = lake.scan(files, columns, pc.scalar(True), schema)
     per_part = np.array([p.day for p, _ in batch], dtype="datetime64[D]")
     days = pa.array(np.repeat(per_part, [p.rows for p, _ in batch]), pa.date32())
-    if (
-        table.num_rows == len(days)
-        and pc.all(pc.equal(pc.cast(table["event_time"], pa.date32()), days)).as_py()
-    ):
+    if table.num_rows == len(days) and pc.all(pc.equal(pc.cast(table[time], pa.date32()), days)).as_py():
         return table
-    return pa.concat_tables(lake.scan(f, list(COLUMNS), pc.scalar(True), EVENT_SCHEMA) for _, f in batch)
+    return pa.concat_tables(lake.scan(f, columns, pc.scalar(True), schema) for _, f in batch)
 
 
 def check_partitions(
@@ -145,6 +155,9 @@ def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str,
             reports = sorted((r for part in parts for r in part), key=lambda r: r.day)
     else:
         reports = _validate(lake_root, catalog, batches, factor)
+    reports = _with_outcomes(
+        reports, _validate(lake_root, catalog, _outcome_batches(lake_root, dates), factor, True)
+    )
     _store(engine, reports, run_id)
     acceptances = _acceptances(engine, [r.day for r in reports])
     for report in reports:
@@ -153,6 +166,24 @@ def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str,
         quality_pages.write_page(lake_root, report)
     quality_pages.write_index(engine, lake_root)
     return reports
+
+
+def _outcome_batches(lake_root: str, dates) -> list[list[tuple[Part, list[str]]]]:  # type: ignore[no-untyped-def]
+    return _batches(lake_root, sorted(set(dates)), 0, lake.OUTCOMES)
+
+
+def _with_outcomes(
+    reports: list[PartitionReport], outcome_reports: list[PartitionReport]
+) -> list[PartitionReport]:
+    """Each date's report holds both suites: the task outcomes' checks join the usage events' (a date
+    with outcomes and no usage events gets a report of its own, of 0 event rows)."""
+    by_day = {r.day: r for r in reports}
+    for o in outcome_reports:
+        if o.day in by_day:
+            by_day[o.day].outcomes += o.outcomes
+        else:
+            by_day[o.day] = PartitionReport(o.day, 0, o.outcomes)
+    return sorted(by_day.values(), key=lambda r: r.day)
 
 
 def _store(engine: Engine, reports: list[PartitionReport], run_id: str) -> None:
@@ -198,6 +229,20 @@ def _acceptances(engine: Engine, days: list[dt.date]) -> dict[dt.date, list[dict
                 }
             )
     return out
+
+
+def blocked_dates(engine: Engine) -> list[dt.date]:
+    """The dates whose stored results have a failed error-level check no acceptance covers."""
+    t = DqResult.__table__
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(t.c.day, t.c.check_name).where(t.c.level == "error", t.c.success.is_(False))
+        ).all()
+    failed: dict[dt.date, list[str]] = {}
+    for day, name in rows:
+        failed.setdefault(day, []).append(name)
+    accepted = _acceptances(engine, list(failed))
+    return sorted(d for d, names in failed.items() if not _covers(accepted.get(d, []), names))
 
 
 def _covers(acceptances: list[dict], failed: list[str]) -> bool:

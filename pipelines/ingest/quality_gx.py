@@ -26,12 +26,14 @@ from schemas.events import REQUIRED_FIELDS
 from schemas.quality import (
     DURATION_SHARE,
     OK_SHARE,
+    OUTCOME_SUITE_NAME,
     PROFILE_SUITE_NAME,
     RATIO_TO_MEDIAN,
     SUITE_NAME,
     VOLUME_CHECK,
     Check,
     build_suite,
+    outcome_checks,
     partition_checks,
 )
 
@@ -40,6 +42,15 @@ MIN_HISTORY = 2  # same-weekday partitions needed before volume is judged
 BATCH_ROWS = 1_000_000  # rows of partitions validated in one GX run
 ROW_COLUMNS = ("event_id", *REQUIRED_FIELDS)  # what the row checks read
 PROFILE_SOURCE_COLUMNS = ("duration_ms", "status")  # what a profile is computed from
+OUTCOME_ROW_COLUMNS = (
+    "account_id",
+    "task_id",
+    "started_at",
+    "completed_at",
+    "outcome",
+    "rework",
+    "rework_ms",
+)
 COMPLETE = {"result_format": "COMPLETE", "return_unexpected_index_query": False}
 
 
@@ -66,6 +77,13 @@ class PartitionReport:
     @property
     def blocked(self) -> bool:
         return bool(self.failed_errors) and not self.accepted
+
+    def blocked_for(self, dataset: str) -> bool:
+        """A failed error-level check of that dataset's suite stops the date (not accepted): usage events
+        stop aggregation and metering, task outcomes the week's effectiveness."""
+        return self.blocked and any(
+            o.check.dataset == dataset for o in self.outcomes if o.check.level == "error" and not o.success
+        )
 
     @property
     def status(self) -> str:
@@ -110,9 +128,12 @@ def volume_bounds(median: float | None, factor: float) -> tuple[float, float] | 
 
 
 class Gate:
-    """One GX context with the suite's two validation definitions, reused for every batch of a run."""
+    """One GX context with the suite's two validation definitions, reused for every batch of a run.
+    ``outcomes``: the task outcomes' suite (row checks only) instead of the usage events'."""
 
-    def __init__(self, catalog: Catalog, factor: float = DEFAULT_VOLUME_FACTOR) -> None:
+    def __init__(
+        self, catalog: Catalog, factor: float = DEFAULT_VOLUME_FACTOR, outcomes: bool = False
+    ) -> None:
         from pipelines.settings import quiet_great_expectations
 
         quiet_great_expectations()
@@ -120,20 +141,26 @@ class Gate:
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self.factor = factor
-        self.checks = partition_checks(catalog.model_ids, 10_000_000, factor)
+        self.suite = OUTCOME_SUITE_NAME if outcomes else SUITE_NAME
+        self.checks = (
+            outcome_checks() if outcomes else partition_checks(catalog.model_ids, 10_000_000, factor)
+        )
         self.row_checks = [c for c in self.checks if c.scope == "rows"]
         self.profile_checks = [c for c in self.checks if c.scope == "profile"]
         for c in self.row_checks:  # a row check's outcome per partition is its count of unexpected rows
             assert "mostly" not in c.kwargs, f"{c.name}: a share belongs in the partition profile"
-        self.columns = sorted({c.kwargs["column"] for c in self.row_checks})
-        assert set(self.columns) <= set(ROW_COLUMNS), "ROW_COLUMNS must name every column a row check reads"
+        self.columns = sorted({col for c in self.row_checks for col in c.columns})
+        known = OUTCOME_ROW_COLUMNS if outcomes else ROW_COLUMNS
+        assert set(self.columns) <= set(known), "ROW_COLUMNS must name every column a row check reads"
         self._gx = gx
         self._ctx = gx.get_context(mode="ephemeral")
         self._ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         self._source = self._ctx.data_sources.add_pandas("lake")
         self._definitions: dict[tuple[str, ...], object] = {}
-        self.rows_definition = self._definition(SUITE_NAME, self.row_checks)
-        self.profile_definition = self._definition(PROFILE_SUITE_NAME, self.profile_checks)
+        self.rows_definition = self._definition(self.suite, self.row_checks)
+        self.profile_definition = (
+            self._definition(PROFILE_SUITE_NAME, self.profile_checks) if self.profile_checks else None
+        )
 
     def _definition(self, name: str, checks: list[Check]):  # type: ignore[no-untyped-def]
         key = tuple(c.name for c in checks)
@@ -172,11 +199,12 @@ class Gate:
             if check not in flagged:
                 outcomes[check.name] = [self._outcome(check, True, "0", []) for _ in parts]
         if flagged:
-            detail = self._run(self._definition(SUITE_NAME + "-detail", flagged), frame, COMPLETE)
+            detail = self._run(self._definition(self.suite + "-detail", flagged), frame, COMPLETE)
             for check in flagged:
                 outcomes[check.name] = self._row_outcomes(check, detail[check.name], frame, parts)
-        for check, per in self._profile_outcomes(table, parts).items():
-            outcomes[check] = per
+        if self.profile_checks:
+            for check, per in self._profile_outcomes(table, parts).items():
+                outcomes[check] = per
         reports = []
         for i, part in enumerate(parts):
             report = PartitionReport(part.day, part.rows)
@@ -203,7 +231,7 @@ class Gate:
             n = int(counts[i])
             if n and not check.row_local:  # uniqueness: judged on the partition alone
                 alone = self._run(
-                    self._definition(SUITE_NAME + "-alone", [check]), frame[frame.index == i], "SUMMARY"
+                    self._definition(self.suite + "-alone", [check]), frame[frame.index == i], "SUMMARY"
                 )
                 r = alone[check.name]
                 n = int(r.get("unexpected_count") or 0)

@@ -204,7 +204,7 @@ def write_index(engine: Engine, lake_root: str, stored: Stored | None = None) ->
     index = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Data quality: every date</title>
 <style>{STYLE}</style></head>
-<body><h1>Data quality of events: every date</h1>
+<body><h1>Data quality of usage events and task outcomes: every date</h1>
 <p class="badge">{len(rows)} dates checked: {summary or "none yet"}</p>
 <table><tr><th>date</th><th>gate</th><th>rows</th><th>failed checks</th><th>warnings</th>
 <th>accepted (who: why)</th><th>checked</th></tr>

@@ -181,9 +181,10 @@ def ingest_and_aggregate(
 ) -> DayResult:
     """``run-day``: ingest the landing dates, gate the changed partitions on data quality, then
     aggregate and meter them and every past date that late events changed. A date whose gate failed
-    is not taken downstream; after the others are done, the run fails with one message naming it
-    (unless ``accept_reason`` accepts it). ``ingested``: the ingest already ran (a replay of
-    quarantined rows): only what follows it runs.
+    is not taken downstream (a failed usage-event check stops its aggregation, metering and
+    effectiveness; a failed task-outcome check its effectiveness only); after the others are done,
+    the run fails with one message naming it (unless ``accept_reason`` accepts it). ``ingested``: the
+    ingest already ran (a replay of quarantined rows): only what follows it runs.
     """
     from pipelines.ingest import quality
 
@@ -192,12 +193,13 @@ def ingest_and_aggregate(
     result, todo = ingest_step(settings, dates, beam_args, ingested)
     step("data quality")
     reports = gate_step(settings, todo, result.run_id, accept_reason, accept=dates)
-    blocked = {r.day for r in reports if r.blocked}
-    runnable = [d for d in todo if d not in blocked]
+    blocked = {r.day for r in reports if r.blocked}  # stops the week's effectiveness
+    billing_blocked = {r.day for r in reports if r.blocked_for("events")}  # stops aggregation and metering
+    runnable = [d for d in todo if d not in billing_blocked]
     step("aggregate")
     aggregate_step(settings, runnable, beam_args)
     step("meter")
-    metered = meter_changed(settings, runnable, beam_args, skip=blocked)
+    metered = meter_changed(settings, runnable, beam_args, skip=billing_blocked)
     step("effectiveness")
     weeks = effectiveness_step(settings, beam_args, skip=blocked)
     done = DayResult(result, runnable, metered, sorted(blocked), weeks)

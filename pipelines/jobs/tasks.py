@@ -53,7 +53,9 @@ def quality_gate(ingested: dict) -> list[str]:
 
     s = settings()
     reports = gate_step(s, [dt.date.fromisoformat(d) for d in ingested["dates"]], ingested["run_id"])
-    quality.require_passed(reports, s.lake)  # raises when any date is blocked
+    # raises when a date's usage events are blocked; a date whose task outcomes failed goes on to
+    # billing, and the effectiveness task stops on it
+    quality.require_passed([r for r in reports if r.blocked_for("events")], s.lake)
     return [r.day.isoformat() for r in reports]
 
 
@@ -73,11 +75,25 @@ def meter_dates(dates: list[str]) -> list[str]:
 
 
 def effectiveness_weeks(gated: list[str]) -> list[str]:
-    """Compute the effectiveness of every ISO week whose requests or outcomes changed (the queue);
-    ``gated``: the dates the gate let through (they are in the queue already)."""
-    from pipelines.jobs.run_day import effectiveness_step
+    """Compute the effectiveness of every ISO week whose requests or outcomes changed (the queue),
+    but for the dates the gate stopped (left queued); then fail naming those, if any. ``gated``: the
+    dates the gate let through to billing (they are in the queue already)."""
+    from pipelines.ingest import quality
+    from pipelines.jobs.run_day import effectiveness_step, warehouse
 
-    return [w.isoformat() for w in effectiveness_step(settings())]
+    s = settings()
+    with warehouse(s) as engine:
+        blocked = quality.blocked_dates(engine)
+    weeks = effectiveness_step(s, skip=set(blocked))
+    queued = {dt.date.fromisoformat(d) for d in gated}
+    stopped = [d for d in blocked if d in queued]
+    if stopped:
+        raise DataQualityError(
+            f"effectiveness skipped the dates the data-quality gate stopped: "
+            f"{', '.join(str(d) for d in stopped)}; "
+            f"usage-billing dq accept --date {stopped[0]} --reason '...'"
+        )
+    return [w.isoformat() for w in weeks]
 
 
 def remeter_month(month: str) -> list[str]:
