@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from billing.pricing import unit_prices
+from billing.pricing import MissingPriceError, price_in_force
 from schemas.catalog import TOKEN_KINDS, Catalog
 from schemas.events import SPEED_TIERS, utc_date
 from schemas.outcomes import UNCLASSIFIED
@@ -94,103 +94,121 @@ def week_start(times: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.array(d - (d + 3) % 7, pa.int32()).cast(pa.date32())
 
 
+def _days(times: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """UTC dates as day numbers since 1970 (int64)."""
+    d = utc_date(times)
+    d = d.combine_chunks() if isinstance(d, pa.ChunkedArray) else d
+    return d.cast(pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _key(table: pa.Table) -> pa.Array:
+    """(account_id, task_id) as one string: ids hold no control character, so NUL separates them."""
+    cols = [_plain(table[c]).cast(pa.string()) for c in ("account_id", "task_id")]
+    return pc.binary_join_element_wise(*cols, "\x00")
+
+
 def task_requests(outcomes: pa.Table, requests: pa.Table) -> pa.Table:
-    """The requests of each outcome: ``requests`` joined on (account_id, task_id), kept where the UTC
-    event date lies between the UTC dates of started_at and completed_at; column ``_task`` is the
-    outcome's row in ``outcomes``."""
-    keys = pa.table(
-        {
-            "account_id": _plain(outcomes["account_id"]),
-            "task_id": _plain(outcomes["task_id"]),
-            "_task": pa.array(np.arange(outcomes.num_rows, dtype=np.int64)),
-            "_first": utc_date(outcomes["started_at"]),
-            "_last": utc_date(outcomes["completed_at"]),
-        }
-    )
-    req = pa.table({c: _plain(requests[c]) for c in REQUEST_COLUMNS})
-    req = req.filter(pc.is_valid(req["task_id"]))
-    joined = req.join(keys, ["account_id", "task_id"], join_type="inner")
-    day = utc_date(joined["event_time"])
-    inside = pc.and_(pc.greater_equal(day, joined["_first"]), pc.less_equal(day, joined["_last"]))
-    return joined.filter(inside).drop_columns(["_first", "_last"])
+    """The requests of each outcome: the ``requests`` with its (account_id, task_id) whose UTC event
+    date lies between the UTC dates of started_at and completed_at; column ``_task`` is the outcome's
+    row in ``outcomes``, ``day`` the request's UTC date. One hash lookup per request (outcome keys are
+    unique: ingest deduplicates them), then one take of the rows that belong to a task."""
+    columns = [c for c in REQUEST_COLUMNS if c not in ("account_id", "task_id", "event_time")]
+    if outcomes.num_rows == 0 or requests.num_rows == 0:
+        empty = requests.select(columns).slice(0, 0)
+        return empty.append_column("day", pa.array([], pa.date32())).append_column(
+            "_task", pa.array([], pa.int64())
+        )
+    position = pc.index_in(_key(requests), value_set=_key(outcomes))
+    task = pc.fill_null(position, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    day = _days(requests["event_time"])
+    first, last = _days(outcomes["started_at"]), _days(outcomes["completed_at"])
+    at = np.clip(task, 0, None)
+    rows = np.flatnonzero((task >= 0) & (day >= first[at]) & (day <= last[at]))
+    taken = requests.select(columns).take(pa.array(rows))
+    taken = taken.append_column("day", pa.array(day[rows].astype(np.int32)).cast(pa.date32()))
+    return taken.append_column("_task", pa.array(task[rows]))
+
+
+def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """(each row's index into the sorted distinct values, those values)."""
+    arr = _plain(col).cast(pa.string())
+    values = sorted(v for v in pc.unique(arr).to_pylist() if v is not None)
+    return pc.index_in(arr, value_set=pa.array(values, pa.string())).to_numpy(zero_copy_only=False), values
 
 
 def request_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
     """Per request: sum over token kinds of tokens x the price per 1M in force for its model, tier and
-    kind on its UTC event day (exact, ``COST``). A missing price raises the invoices' error."""
+    kind on its UTC event day (exact, ``COST``). The price in force is looked up once per distinct
+    (model, tier, day) (``billing.pricing.price_in_force``, the one rule); a missing price raises the
+    invoices' error."""
     n = joined.num_rows
     if n == 0:
         return pa.array([], COST)
-    day = utc_date(joined["event_time"])
+    models, model_names = _codes(joined["model"])
+    tiers, tier_names = _codes(joined["speed_tier"])
+    day = joined["day"].combine_chunks() if isinstance(joined["day"], pa.ChunkedArray) else joined["day"]
+    days = day.cast(pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64)
+    low = int(days.min())
+    span = int(days.max()) - low + 1
+    code = (models.astype(np.int64) * len(tier_names) + tiers) * span + (days - low)
+    distinct, inverse = np.unique(code, return_inverse=True)
+    per_kind: dict[str, list[Decimal]] = {k: [] for k in TOKEN_KINDS}
+    for c in distinct.tolist():
+        pair, offset = divmod(c, span)
+        model, tier = model_names[pair // len(tier_names)], tier_names[pair % len(tier_names)]
+        on = dt.date(1970, 1, 1) + dt.timedelta(days=low + offset)
+        price = price_in_force(catalog, model, tier, on)
+        if price is None:
+            raise MissingPriceError(
+                f"no price for model {model}, tier {tier}, token kind {TOKEN_KINDS[0]} on {on.isoformat()}"
+            )
+        for kind in TOKEN_KINDS:
+            per_kind[kind].append(price.per_million(kind))
     tokens = {
         "input": pc.subtract(joined["input_tokens"], joined["cached_input_tokens"]),
         "cached_input": joined["cached_input_tokens"],
         "output": joined["output_tokens"],
     }
     total = None
-    model, tier = joined["model"], joined["speed_tier"]
+    take = pa.array(inverse.astype(np.int64))
     for kind in TOKEN_KINDS:
-        price = unit_prices(catalog, model, tier, pa.array([kind] * n), day)
+        price = pa.array(per_kind[kind], pa.decimal128(18, 6)).take(take)
         # tokens < 2^31 (10 digits) x a price of 18 digits: 29 digits, three kinds add up to 30
         count = pc.cast(pc.cast(tokens[kind], pa.int32()), pa.decimal128(10, 0))
-        part = pc.multiply(count, pc.cast(price, pa.decimal128(18, 6)))
+        part = pc.multiply(count, price)
         total = part if total is None else pc.add(pc.cast(total, pa.decimal128(30, 6)), part)
     return pc.cast(total, COST)
-
-
-def _first_per_run(keys: np.ndarray) -> np.ndarray:
-    """Positions where a sorted key column starts a new run."""
-    if len(keys) == 0:
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
 
 
 def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
     """One row per outcome with at least one request (``TASK_SCHEMA``): its attribution and figures."""
     if joined.num_rows == 0:
         return TASK_SCHEMA.empty_table()
-    tier_rank = pc.index_in(joined["speed_tier"], value_set=pa.array(SPEED_TIERS))
-    per_pair = (
-        pa.table(
-            {
-                "_task": joined["_task"],
-                "model": joined["model"],
-                "speed_tier": joined["speed_tier"],
-                "_rank": tier_rank,
-                "output_tokens": joined["output_tokens"],
-            }
-        )
-        .group_by(["_task", "model", "speed_tier", "_rank"])
-        .aggregate([("output_tokens", "sum")])
+    task = joined["_task"].to_numpy()
+    models, model_names = _codes(joined["model"])
+    rank = pc.index_in(_plain(joined["speed_tier"]), value_set=pa.array(SPEED_TIERS)).to_numpy(
+        zero_copy_only=False
     )
+    pairs_per_task = len(model_names) * len(SPEED_TIERS)
+    pair = models.astype(np.int64) * len(SPEED_TIERS) + rank  # sorted model ids, then slower tiers first
+    distinct, inverse = np.unique(task * pairs_per_task + pair, return_inverse=True)
+    output = _sum_by(inverse, joined["output_tokens"].to_numpy(), len(distinct))
+    pair_task, pair_code = distinct // pairs_per_task, distinct % pairs_per_task
     # Per task: most output tokens first, then the lower model id, then the slower tier.
-    per_pair = per_pair.sort_by(
-        [
-            ("_task", "ascending"),
-            ("output_tokens_sum", "descending"),
-            ("model", "ascending"),
-            ("_rank", "ascending"),
-        ]
+    order = np.lexsort((pair_code, -output, pair_task))
+    first = order[_first_per_run(pair_task[order])]
+    ids = pair_task[first]
+    mixed = np.bincount(np.searchsorted(ids, pair_task), minlength=len(ids)) > 1
+    chosen = pair_code[first]
+    slot = np.searchsorted(ids, task)
+    duration = pc.fill_null(joined["duration_ms"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    model_ms = _sum_by(slot, duration, len(ids))
+    costs = (
+        pa.table({"_slot": pa.array(slot), "cost": request_costs(joined, catalog)})
+        .group_by("_slot")
+        .aggregate([("cost", "sum")])
+        .sort_by("_slot")
     )
-    task_of_pair = per_pair["_task"].to_numpy()
-    first = _first_per_run(task_of_pair)
-    pairs = np.diff(np.append(first, len(task_of_pair)))
-    chosen = per_pair.take(pa.array(first))
-    ids = chosen["_task"].to_numpy()
-
-    sums = (
-        pa.table(
-            {
-                "_task": joined["_task"],
-                "duration_ms": joined["duration_ms"],
-                "cost": request_costs(joined, catalog),
-            }
-        )
-        .group_by("_task")
-        .aggregate([("duration_ms", "sum"), ("cost", "sum")])
-        .sort_by("_task")
-    )
-    assert np.array_equal(sums["_task"].to_numpy(), ids)
     out = outcomes.take(pa.array(ids))
     outcome = _plain(out["outcome"])
     rework = out["rework"].combine_chunks() if isinstance(out["rework"], pa.ChunkedArray) else out["rework"]
@@ -203,20 +221,40 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
             _plain(out["account_id"]),
             _plain(out["task_id"]),
             week_start(out["completed_at"]),
-            chosen["model"],
-            chosen["speed_tier"],
+            pa.array(model_names, pa.string()).take(pa.array(chosen // len(SPEED_TIERS))),
+            pa.array(SPEED_TIERS, pa.string()).take(pa.array(chosen % len(SPEED_TIERS))),
             pc.fill_null(_plain(out["task_class"]), UNCLASSIFIED),
-            pa.array(pairs > 1),
+            pa.array(mixed),
             pc.and_(accepted, pc.invert(rework)),
             pc.and_(accepted, rework),
             pc.equal(outcome, "abandoned"),
             pa.array(span_us),
-            pc.fill_null(sums["duration_ms_sum"], 0).cast(pa.int64()),
+            pa.array(model_ms),
             out["rework_ms"].cast(pa.int64()),
-            sums["cost_sum"].cast(COST),
+            costs["cost_sum"].cast(COST),
         ],
         schema=TASK_SCHEMA,
     )
+
+
+def _sum_by(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group index (0 .. groups - 1): a stable sort and a cumulative
+    sum, no float (np.bincount's weights are float64)."""
+    order = np.argsort(group, kind="stable")
+    ordered = group[order]
+    total = np.concatenate(([0], np.cumsum(values[order].astype(np.int64))))
+    index = np.arange(groups)
+    return (
+        total[np.searchsorted(ordered, index, side="right")]
+        - total[np.searchsorted(ordered, index, side="left")]
+    )
+
+
+def _first_per_run(keys: np.ndarray) -> np.ndarray:
+    """Positions where a sorted key column starts a new run."""
+    if len(keys) == 0:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
 
 
 def half_up(value: Fraction) -> int:
@@ -242,38 +280,51 @@ def group_metrics(task_rows: pa.Table, rework_cost_per_hour: Decimal) -> list[di
     if task_rows.num_rows == 0:
         return []
     per_hour = Fraction(rework_cost_per_hour)
-    everything = task_rows.set_column(
-        task_rows.schema.get_field_index("task_class"),
-        "task_class",
-        pa.array([ALL_CLASSES] * task_rows.num_rows, pa.string()),
+    n_rows = task_rows.num_rows
+    # Integer codes that sort as the keys do (the distinct values sorted), each task twice: under its
+    # class and under "*"; one lexsort orders the groups and, inside each, the end-to-end times.
+    week = _days(task_rows["week_start"])
+    models, model_names = _codes(task_rows["model"])
+    tiers, tier_names = _codes(task_rows["speed_tier"])
+    classes, class_names = _codes(
+        pa.concat_arrays([_plain(task_rows["task_class"]), pa.array([ALL_CLASSES])])
     )
-    rows = pa.concat_tables([task_rows, everything])
-    rows = rows.sort_by([(k, "ascending") for k in GROUP_KEYS] + [("e2e_us", "ascending")])
-    key_cols = [rows[k].combine_chunks() for k in GROUP_KEYS]
-    encoded = np.zeros(rows.num_rows, np.int64)
-    for col in key_cols:  # a run id per group: rows are sorted by the keys
-        codes = pc.dictionary_encode(col).indices.to_numpy()
-        change = np.concatenate(([False], codes[1:] != codes[:-1]))
-        encoded |= change
-    starts = np.flatnonzero(np.concatenate(([True], encoded[1:].astype(bool))))
-    ends = np.append(starts[1:], rows.num_rows)
-    e2e = rows["e2e_us"].to_numpy()
-    ints = {c: rows[c].to_numpy() for c in ("model_ms", "rework_ms")}
+    star = class_names.index(ALL_CLASSES)
+    keys = [np.tile(week, 2), np.tile(models, 2), np.tile(tiers, 2)]
+    keys.append(np.concatenate([classes[:n_rows], np.full(n_rows, star, classes.dtype)]))
+    e2e = np.tile(task_rows["e2e_us"].to_numpy(), 2)
+    order = np.lexsort((e2e, *reversed(keys)))
+    keys = [k[order] for k in keys]
+    e2e = e2e[order]
+    change = np.zeros(len(order), bool)
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    change[0] = True
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], len(order))
+    ints = {c: np.tile(task_rows[c].to_numpy(), 2)[order] for c in ("model_ms", "rework_ms")}
     flags = {
-        c: rows[c].to_numpy(zero_copy_only=False).astype(np.int64)
+        c: np.tile(task_rows[c].to_numpy(zero_copy_only=False).astype(np.int64), 2)[order]
         for c in ("one_pass", "reworked", "abandoned", "mixed")
     }
     cum = {c: np.concatenate(([0], np.cumsum(v))) for c, v in {**flags, **ints, "e2e_us": e2e}.items()}
-    costs = rows["token_cost"].combine_chunks()
-    out = []
-    keys_py = [col.take(pa.array(starts)).to_pylist() for col in key_cols]
+    group = np.repeat(np.arange(len(starts)), ends - starts)
+    costs = task_rows["token_cost"].combine_chunks() if n_rows else pa.array([], COST)
     cost_sums = (
-        pa.table({"g": np.repeat(np.arange(len(starts)), ends - starts), "c": costs})
+        pa.table({"g": group, "c": pa.concat_arrays([costs, costs]).take(pa.array(order))})
         .group_by("g")
         .aggregate([("c", "sum")])
         .sort_by("g")["c_sum"]
         .to_pylist()
     )
+    names = [
+        [dt.date(1970, 1, 1) + dt.timedelta(days=int(d)) for d in keys[0][starts]],
+        [model_names[i] for i in keys[1][starts]],
+        [tier_names[i] for i in keys[2][starts]],
+        [class_names[i] for i in keys[3][starts]],
+    ]
+    keys_py = names
+    out = []
     for g, (s, e) in enumerate(zip(starts, ends, strict=True)):
         n = int(e - s)
         total = {c: int(cum[c][e] - cum[c][s]) for c in cum}
