@@ -264,45 +264,43 @@ def ingest_and_tokens(out: Console, result: ingest.IngestResult, tokens: dict[st
 
 
 def head_to_head(out: Console, view: dict, model: str) -> None:
-    """The effectiveness head-to-head of ``model`` against its catalog successor, per task class."""
-    from pipelines.effectiveness.figures import ALL_TIERS, duration, money, sentence
+    """The effectiveness of ``model`` against its catalog successor per task class (both over all
+    their tiers), and the sentence for multi-file work against the successor's best tier."""
+    from billing.effectiveness import ALL_CLASSES
+    from pipelines.effectiveness.figures import ALL_TIERS, duration, sentence
 
     items = [i for i in view["head_to_head"] if i["model"] == model]
     if not items:
         out.print(f"effectiveness: {model} and its successor have no tasks in the same weeks")
         return
-    cur = view["currency"]
     successor = items[0]["successor"]
-    table = Table(
-        title=f"Effectiveness: {model} against {successor}, per task class",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
+    overall = {(g["model"], g["task_class"]): g for g in view["overall"] if g["speed_tier"] == ALL_TIERS}
+    cur = view["currency"]
+    title = (
+        f"Effectiveness: A = {model}, B = {successor} (all tiers); end to end incl. rework; "
+        f"cost: {cur} per accepted task incl. rework"
     )
-    for col in (
-        "class",
-        "model",
-        "tasks",
-        "one-pass",
-        "end to end",
-        "w/o rework",
-        "per accepted",
-        "w/o rework",
-    ):
-        table.add_column(col, justify="left" if col in ("class", "model") else "right", no_wrap=True)
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("task class", no_wrap=True)
+    for col in ("1-pass A", "1-pass B", "e2e A", "e2e B", "cost A", "cost B"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def money(v) -> str:  # type: ignore[no-untyped-def]
+        return "-" if v is None else f"{v:,.2f}"
+
     for item in items:
-        rows = [item["model_row"], *item["successor_rows"]]
-        for i, g in enumerate(rows):
-            name = g["model"] if g["speed_tier"] == ALL_TIERS else f"{g['model']} {g['speed_tier']}"
-            table.add_row(
-                item["task_class"] if i == 0 else "",
-                name,
-                f"{g['tasks']:,}",
-                f"{g['one_pass_rate']:.0%}",
-                duration(g["e2e_ms_mean"]),
-                duration(g["e2e_ms_mean"] - g["rework_ms_mean"]),
-                money(g["cost_per_accepted_task"], cur),
-                money(g["cost_without_rework"], cur),
-            )
+        a, b = item["model_row"], overall.get((successor, item["task_class"]))
+        if b is None:
+            continue
+        table.add_row(
+            "all classes" if item["task_class"] == ALL_CLASSES else item["task_class"],
+            f"{a['one_pass_rate']:.0%}",
+            f"{b['one_pass_rate']:.0%}",
+            duration(a["e2e_ms_mean"]),
+            duration(b["e2e_ms_mean"]),
+            money(a["cost_per_accepted_task"]),
+            money(b["cost_per_accepted_task"]),
+        )
     out.print(table)
     multi = next((i for i in items if i["task_class"] == "multi_file"), items[0])
     out.print(sentence(multi, cur))

@@ -5,6 +5,7 @@ consistent: nothing waits in the recompute queue, and a `run-day` afterwards tak
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shlex
@@ -65,8 +66,9 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
     for name, path in written:
         if not path.startswith("sqlite"):
             assert (folder / path).exists(), (name, path)
-    assert [name for name, _ in written][:3] == [
+    assert [name for name, _ in written][:4] == [
         "retirement report",
+        "effectiveness report",
         "data quality, every date",
         "customer invoices 2026-08 (one page per account)",
     ]
@@ -84,13 +86,25 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
         "report.json",
         "report.md",
     }
+    effect = folder / "data" / "reports" / "effectiveness"
+    assert {p.name for p in effect.iterdir()} == {
+        "effectiveness.html",
+        "effectiveness.json",
+        "effectiveness.md",
+    }
+    assert "on multi_file tasks gpt-5.3-codex-spark costs USD " in out  # the head to head's sentence
+    retirement = (folder / "data" / "reports" / "2026-08-24" / "report.html").read_text()
+    assert "Effectiveness against gpt-5.6-sol" in retirement  # beside the candidate's adoption figures
     assert out.rstrip().splitlines()[-1].startswith("demo finished in ")
     assert "…" not in out  # Rich cuts a cell that does not fit with an ellipsis: none here
     with sqlite3.connect(folder / "data" / "warehouse.db") as db:
         assert db.execute("SELECT count(*) FROM recompute_queue").fetchone() == (0,)
         read, clean, quarantined, dups = db.execute(
-            "SELECT sum(rows_read), sum(clean), sum(quarantined), sum(duplicates) FROM ingest_runs"
+            "SELECT sum(rows_read), sum(clean), sum(quarantined), sum(duplicates) FROM ingest_runs "
+            "WHERE dataset = 'events'"
         ).fetchone()
+        assert db.execute("SELECT count(*) FROM effectiveness_queue").fetchone() == (0,)
+        assert db.execute("SELECT count(DISTINCT week_start) FROM task_effectiveness").fetchone()[0] >= 30
         usage = db.execute(
             "SELECT sum(input_tokens + cached_input_tokens + output_tokens) FROM usage_daily"
         ).fetchone()[0]
@@ -132,9 +146,17 @@ def _fits_a_terminal_of_80_columns(folder: Path) -> None:
     demo_summary.invoices(console, engine, months, "USD")
     demo_summary.speed(console, demo_summary.speed_by_model_tier(engine))
     demo_summary.backup_tank(console, engine, settings)
+    from pipelines.effectiveness import report
+    from pipelines.jobs.demo import FAST_MODEL
+    from schemas.catalog import load_catalog
+
+    catalog = load_catalog(settings.config)
+    view = report.build(engine, settings.lake, catalog, dt.date(2026, 2, 1), dt.date(2026, 9, 30))["view"]
+    demo_summary.head_to_head(console, view, FAST_MODEL)
     engine.dispose()
     shown = screen.getvalue()
     assert "2026-08" in shown and "ultrafast" in shown and "…" not in shown, shown
+    assert "multi_file" in shown and "tool_chain" in shown
 
 
 def test_the_step_by_step_example_runs_as_written_and_leaves_nothing_queued(tmp_path):
