@@ -192,7 +192,8 @@ def ingest_and_aggregate(
     step("ingest")
     result, todo = ingest_step(settings, dates, beam_args, ingested)
     step("data quality")
-    reports = gate_step(settings, todo, result.run_id, accept_reason, accept=dates)
+    gated = sorted({*todo, *result.outcome_changed_dates})  # a late outcome's date is gated too
+    reports = gate_step(settings, gated, result.run_id, accept_reason, accept=dates)
     blocked = {r.day for r in reports if r.blocked}  # stops the week's effectiveness
     billing_blocked = {r.day for r in reports if r.blocked_for("events")}  # stops aggregation and metering
     runnable = [d for d in todo if d not in billing_blocked]

@@ -39,7 +39,11 @@ def ingest_day(day: str) -> dict:
     from pipelines.jobs.run_day import ingest_step
 
     result, todo = ingest_step(settings(), [dt.date.fromisoformat(day)])
-    return {"run_id": result.run_id, "dates": [d.isoformat() for d in todo]}
+    return {
+        "run_id": result.run_id,
+        "dates": [d.isoformat() for d in todo],
+        "outcome_dates": [d.isoformat() for d in result.outcome_changed_dates],
+    }
 
 
 def quality_gate(ingested: dict) -> list[str]:
@@ -52,11 +56,13 @@ def quality_gate(ingested: dict) -> list[str]:
     from pipelines.jobs.run_day import gate_step
 
     s = settings()
-    reports = gate_step(s, [dt.date.fromisoformat(d) for d in ingested["dates"]], ingested["run_id"])
+    billed = [dt.date.fromisoformat(d) for d in ingested["dates"]]
+    outcomes = [dt.date.fromisoformat(d) for d in ingested.get("outcome_dates", [])]
+    reports = gate_step(s, sorted({*billed, *outcomes}), ingested["run_id"])
     # raises when a date's usage events are blocked; a date whose task outcomes failed goes on to
     # billing, and the effectiveness task stops on it
     quality.require_passed([r for r in reports if r.blocked_for("events")], s.lake)
-    return [r.day.isoformat() for r in reports]
+    return [r.day.isoformat() for r in reports if r.day in set(billed)]
 
 
 def aggregate_dates(dates: list[str]) -> list[str]:
@@ -77,16 +83,19 @@ def meter_dates(dates: list[str]) -> list[str]:
 def effectiveness_weeks(gated: list[str]) -> list[str]:
     """Compute the effectiveness of every ISO week whose requests or outcomes changed (the queue),
     but for the dates the gate stopped (left queued); then fail naming those, if any. ``gated``: the
-    dates the gate let through to billing (they are in the queue already)."""
+    dates the gate let through to billing (this task runs after them)."""
     from pipelines.ingest import quality
     from pipelines.jobs.run_day import effectiveness_step, warehouse
 
     s = settings()
     with warehouse(s) as engine:
         blocked = quality.blocked_dates(engine)
+    from pipelines.effectiveness.pipeline import queued
+
     weeks = effectiveness_step(s, skip=set(blocked))
-    queued = {dt.date.fromisoformat(d) for d in gated}
-    stopped = [d for d in blocked if d in queued]
+    with warehouse(s) as engine:
+        waiting = {day for day, _, _ in queued(engine)}
+    stopped = [d for d in blocked if d in waiting]  # left queued for the gate
     if stopped:
         raise DataQualityError(
             f"effectiveness skipped the dates the data-quality gate stopped: "
