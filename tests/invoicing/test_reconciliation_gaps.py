@@ -4,6 +4,7 @@ and the step that would close it; a fully processed month has no row (SQLite and
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from sqlalchemy import text
@@ -52,7 +53,19 @@ def test_gaps_are_named_by_local_month_and_step_and_a_processed_month_has_none(u
     upgrade(engine)
     config = GeneratorConfig(START, DAYS, 80, 200, seed=3, duplicate_rate=0, late_rate=0)
     landing = tmp_path / "landing"
-    write_landing(generate(catalog, config), config, str(landing))
+    generated = generate(catalog, config)
+    write_landing(generated, config, str(landing))
+    # An event on an American account's local Jan 31 (UTC Feb 1, 02:00), whatever the generator drew.
+    west = next(
+        a
+        for a in generated.accounts
+        if a["timezone"].startswith("America/") and a["active_from"] <= "2026-02-01"
+    )
+    event = {"event_id": "jan-31-local", "event_time": "2026-02-01T02:00:00Z",
+             "account_id": west["account_id"], "model": "gpt-5.6-sol", "speed_tier": "standard",
+             "input_tokens": 1000, "cached_input_tokens": 0, "output_tokens": 100, "duration_ms": 900,
+             "status": "ok"}  # fmt: skip
+    (landing / "2026-02-01" / "edge.jsonl").write_text(json.dumps(event) + "\n")
     settings = Settings(str(CATALOG_PATH), url, str(tmp_path / "lake"), str(landing))
     load_accounts(engine, landing / "accounts.csv", catalog)
     dates = [START + dt.timedelta(days=i) for i in range(DAYS)]
