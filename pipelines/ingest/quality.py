@@ -17,6 +17,7 @@ import datetime as dt
 import getpass
 import multiprocessing
 import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -75,6 +76,20 @@ def _batches(
     return [b for b in batches if b]
 
 
+_GATES: dict[tuple, Gate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def _gate(catalog: Catalog, factor: float, outcomes: bool) -> Gate:
+    """The process's GX context for this suite: building one costs seconds, and what it checks
+    depends only on the catalog's models, the volume factor and the dataset."""
+    key = (tuple(catalog.model_ids), factor, outcomes)
+    with _GATES_LOCK:
+        if key not in _GATES:
+            _GATES[key] = Gate(catalog, factor, outcomes)
+        return _GATES[key]
+
+
 def _validate(
     lake_root: str,
     catalog: Catalog,
@@ -88,7 +103,7 @@ def _validate(
         return reports
     # GX takes seconds to import, in Python; reading the first batch (in Arrow) overlaps it.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(Gate, catalog, factor, outcomes)
+        starting = pool.submit(_gate, catalog, factor, outcomes)
         for batch in batches:
             table = _read(batch, outcomes)
             reports += starting.result().validate_many(table, [part for part, _ in batch])

@@ -87,11 +87,14 @@ def group_tasks(
     gap = np.where(starts, 0, np.roll(gap, 1))
     run = np.cumsum(gap)
     base = np.maximum.accumulate(np.where(starts, run, 0))
-    first_time = np.maximum.accumulate(np.where(starts, times[order], 0))
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))  # each row's task start
+    first_time = times[order][first]
     day_end = (times[order] // DAY_US + 1) * DAY_US - 1
     times = times.copy()
-    times[order] = np.minimum(first_time + run - base, day_end)
-    first_tier = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+    moved = first_time + run - base
+    # a request that would move past its UTC day keeps its own time (no two requests share one)
+    times[order] = np.where(moved <= day_end, moved, times[order])
+    first_tier = first
     tier = tier.copy()
     keep_own = rng.random(len(order)) < MIXED_SHARE
     tier[order] = np.where(keep_own, tier[order], tier[order][first_tier])

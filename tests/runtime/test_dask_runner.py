@@ -51,7 +51,7 @@ def test_dask_runner_gives_the_same_warehouse_rows(sqlite_settings, tmp_path, da
         f"--dask_client_address={dask_address}",
     ]
     result = ingest.run([*on_dask.argv(), *dates, *flags])
-    assert result.total("clean") > 0
+    assert result.total("clean") > 0 and result.total("clean", outcomes=True) > 0
     aggregate.run([*on_dask.argv(), *dates, *flags])
     from schemas.warehouse import ModelDaily, UsageDailyError
 

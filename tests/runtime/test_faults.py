@@ -223,7 +223,8 @@ def test_a_killed_ingest_commit_is_finished_by_the_next_ingest_and_its_dates_rec
     engine = make_engine(s.database_url)
     with engine.connect() as conn:
         runs = conn.execute(
-            text("SELECT clean, duplicates FROM ingest_runs WHERE landing_date = :d"), {"d": DAY2}
+            text("SELECT clean, duplicates FROM ingest_runs WHERE landing_date = :d AND dataset = 'events'"),
+            {"d": DAY2},
         ).all()
         queued = {r.day for r in conn.execute(text("SELECT day FROM recompute_queue"))}
     clean, dups = max(runs)  # the killed run, recorded when its commit was finished
@@ -301,7 +302,10 @@ def test_a_second_ingest_at_the_same_time_exits_with_a_clear_message_or_waits(po
     engine = make_engine(s.database_url)
     with engine.connect() as conn:
         runs = conn.execute(
-            text("SELECT rows_read, clean, duplicates, quarantined FROM ingest_runs ORDER BY started_at")
+            text(
+                "SELECT rows_read, clean, duplicates, quarantined FROM ingest_runs "
+                "WHERE dataset = 'events' ORDER BY started_at"
+            )
         ).all()
     engine.dispose()
     assert len(runs) == 2
