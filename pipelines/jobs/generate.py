@@ -244,7 +244,8 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
     start_us = (days.astype("datetime64[us]").astype(np.int64))[day]
     times = start_us + rng.integers(0, DAY_US, n)
     task_rng = np.random.default_rng([cfg.seed, 26])  # its own stream: the events' draws stay as they were
-    task, times, tier = generate_tasks.group_tasks(task_rng, acc, model, tier, day, times, duration)
+    think = np.array([generate_tasks.THINK_S[generate_tasks.model_kind(m)] for m in catalog.model_ids])
+    task, times, tier = generate_tasks.group_tasks(task_rng, acc, model, tier, day, times, duration, think)
     user_n = rng.integers(0, 4, n)
     no_user = rng.random(n) < 0.1
     err_idx = rng.integers(0, len(ERROR_CODES), n)

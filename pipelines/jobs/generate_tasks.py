@@ -48,6 +48,9 @@ REWORK_MIN = {
     "flagship": (1.0, 2.5, 1.0, 8.0, 7.0),
     "mini": (1.0, 3.0, 1.5, 16.0, 14.0),
 }
+# Median seconds a person takes between a response and the next request of the task: a fast model's
+# users iterate in quick turns.
+THINK_S = {"fast": 6.0, "flagship": 20.0, "mini": 14.0}
 WAIT_S = (4.0, 15.0, 8.0, 40.0, 60.0)  # median seconds between the last response and the verdict
 
 
@@ -65,6 +68,7 @@ def group_tasks(
     day: np.ndarray,
     times: np.ndarray,
     duration: np.ndarray,
+    think_s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(task number per request, -1 for none; times; tiers): requests grouped into tasks, the later
     requests of a task moved to a think time after the one before (on the same UTC day), and a
@@ -83,7 +87,8 @@ def group_tasks(
     task[order] = number
     # Times: the first request keeps its time; each later one follows the previous by its duration
     # plus a think time (median 20 s), capped at the end of its UTC day.
-    gap = (duration[order] * 1000 + rng.lognormal(np.log(20e6), 0.8, len(order))).astype(np.int64)
+    think = (np.full(int(model.max()) + 1, 20.0) if think_s is None else think_s)[model[order]]
+    gap = (duration[order] * 1000 + rng.lognormal(np.log(think * 1e6), 0.8)).astype(np.int64)
     gap = np.where(starts, 0, np.roll(gap, 1))
     run = np.cumsum(gap)
     base = np.maximum.accumulate(np.where(starts, run, 0))
