@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from sqlalchemy import Engine, delete, select
 
 from billing import effectiveness as eff
+from billing.calendar import monday
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.options import CommonOptions, date_range, pipeline_options, run_pipeline
@@ -79,7 +80,7 @@ def week_dates(week: dt.date) -> list[dt.date]:
     return [week + dt.timedelta(days=i) for i in range(7)]
 
 
-def _files(lake_root: str, dataset: str, dates: list[dt.date]) -> list[str]:
+def partition_files(lake_root: str, dataset: str, dates: list[dt.date]) -> list[str]:
     committed = set(lake.partition_dates(lake_root, dataset))
     return [
         f for d in dates if d in committed for f in lake.list_files(lake.partition(lake_root, dataset, d))
@@ -88,7 +89,7 @@ def _files(lake_root: str, dataset: str, dates: list[dt.date]) -> list[str]:
 
 def week_outcomes(lake_root: str, week: dt.date) -> pa.Table:
     """The outcomes completed in the ISO week starting ``week`` (UTC)."""
-    files = _files(lake_root, lake.OUTCOMES, week_dates(week))
+    files = partition_files(lake_root, lake.OUTCOMES, week_dates(week))
     return lake.scan(files, list(eff.OUTCOME_COLUMNS), pc.scalar(True), OUTCOME_LAKE_SCHEMA)
 
 
@@ -101,7 +102,9 @@ def requests_for(lake_root: str, outcomes: pa.Table) -> pa.Table:
     dates = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
     ids = pc.unique(outcomes["task_id"].combine_chunks())
     where = pc.field("task_id").isin(ids)
-    return lake.scan(_files(lake_root, lake.EVENTS, dates), list(eff.REQUEST_COLUMNS), where, LAKE_SCHEMA)
+    return lake.scan(
+        partition_files(lake_root, lake.EVENTS, dates), list(eff.REQUEST_COLUMNS), where, LAKE_SCHEMA
+    )
 
 
 def compute_week(lake_root: str, catalog: Catalog, week: dt.date) -> tuple[pa.Table, pa.Table, dict]:
@@ -185,12 +188,8 @@ def weeks_of_request_dates(
         pos = np.searchsorted(wanted, first, side="left")
         reach = (pos < len(wanted)) & (wanted[np.clip(pos, 0, len(wanted) - 1)] <= np.datetime64(d))
         if reach.any():
-            out.add(eff_monday(d))
+            out.add(monday(d))
     return out
-
-
-def eff_monday(day: dt.date) -> dt.date:
-    return day - dt.timedelta(days=day.weekday())
 
 
 def queued(engine: Engine, before: dt.datetime | None = None) -> list[tuple[dt.date, str, str]]:
@@ -211,7 +210,7 @@ def weeks_of(lake_root: str, rows: list[tuple[dt.date, str, str]]) -> dict[tuple
     for row in rows:
         day, dataset = row[0], row[1]
         if dataset == lake.OUTCOMES:
-            out[row] = {eff_monday(day)}
+            out[row] = {monday(day)}
         else:
             out[row] = weeks_of_request_dates(lake_root, [day], cache)
     return out
@@ -251,7 +250,7 @@ def _run(options, opts, dates: list[dt.date] | None, catalog: Catalog, skip=froz
         if dates is None:
             weeks = sorted(set().union(*reach.values())) if reach else []
         else:
-            weeks = sorted({eff_monday(d) for d in dates})
+            weeks = sorted({monday(d) for d in dates})
         covered = [r for r, w in reach.items() if w <= set(weeks)]
         if weeks:
             _compute(options, opts, engine, catalog, weeks, covered)

@@ -28,7 +28,7 @@ from billing import effectiveness as eff
 from pipelines import lake
 from pipelines.effectiveness.figures import ALL_TIERS, head_to_head, sentence
 from pipelines.effectiveness.html import markdown, page
-from pipelines.effectiveness.pipeline import TASKS, week_dates
+from pipelines.effectiveness.pipeline import TASKS, partition_files, week_dates
 from pipelines.errors import UsageBillingError
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA
@@ -104,13 +104,7 @@ def uncomputed(
 
 def open_tasks(lake_root: str, weeks: list[dt.date]) -> int:
     """(account, task_id) pairs with a request on the weeks' UTC dates and no outcome in the lake."""
-    dates = {d for w in weeks for d in week_dates(w)}
-    events = [
-        f
-        for d in lake.partition_dates(lake_root, lake.EVENTS)
-        if d in dates
-        for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))
-    ]
+    events = partition_files(lake_root, lake.EVENTS, [d for w in weeks for d in week_dates(w)])
     keys = ["account_id", "task_id"]
     requested = lake.scan(events, keys, pc.field("task_id").is_valid(), LAKE_SCHEMA)
     if requested.num_rows == 0:
