@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from billing.calendar import EPOCH, local_dates, period_start
-from schemas.catalog import Catalog
+from schemas.catalog import Catalog, Plan, Pool
 
 
 def mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -102,6 +102,12 @@ def own_pool_models(catalog: Catalog) -> list[str]:
     return [m for m in catalog.model_ids if m in named]
 
 
+def main_pool(plan: Plan) -> Pool | None:
+    """A plan's main pool: the first in draw order that covers "*" (every model it does not exclude).
+    Using a model of its own pool after the main pool ran out is the backup tank."""
+    return next((p for p in plan.pools_in_draw_order() if "*" in p.models), None)
+
+
 def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, model: str) -> pa.Table:
     """Per ISO week (account-local): how much of ``model``'s use came while the main pool was empty.
 
@@ -116,10 +122,9 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
     # Each event has one plan, so the per-plan matches below never overlap.
     exhausted = np.full(n, np.datetime64("NaT"), dtype="datetime64[us]")
     for plan in catalog.plans:
-        main = [p for p in plan.pools_in_draw_order() if "*" in p.models]
-        if not main:
+        pool = main_pool(plan)
+        if pool is None:
             continue
-        pool = main[0]
         keyed = pa.table(
             {
                 "_row": np.arange(n),

@@ -36,3 +36,34 @@ def retirement_report(
         f"{as_of}: {len(data['models'])} models over weeks {data['weeks'][0]}..{data['weeks'][-1]}; "
         f"candidates: {', '.join(flagged) if flagged else 'none'}; report in {out_dir / 'report.html'}"
     )
+
+
+@retirement_app.command("preview")
+def retirement_preview(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option("--model", help="the model to retire")],
+    month: Annotated[str, typer.Option("--month", help="account-local calendar month, YYYY-MM")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    successor: Annotated[
+        str | None, typer.Option("--successor", help="the model its use moves to (default: the catalog's)")
+    ] = None,
+    tier: Annotated[
+        str,
+        typer.Option(
+            "--tier",
+            help="the successor's speed tier: standard, priority, ultrafast, keep (each event's own) or all "
+            "(each tier with a price on every day of the month)",
+        ),
+    ] = "all",
+) -> None:
+    """What each account would pay for the month if its use of the model had been on the successor
+    (preview.csv, preview.json, preview.md). Writes nothing to the warehouse or the lake."""
+    from pipelines.adoption.preview import line, preview, write
+
+    s = settings_of(ctx)
+    engine = warehouse_of(ctx)
+    with step(f"migration preview of {model} in {month}"):
+        result = preview(engine, s.catalog, s.lake, model, month, successor, tier)
+        folder = write(result, out_dir)
+    out.print(line(result))
+    out.print(f"preview in {folder / 'preview.csv'}")

@@ -7,19 +7,17 @@ a log scale. Each gets
   ``scipy.stats.kendalltau(alternative="less", method="exact")``);
 - the Theil-Sen slope with its 90% interval (``scipy.stats.theilslopes``), i.e. the weekly rate
   ``exp(slope) - 1`` with an interval.
-The p-values of all models and both metrics are adjusted together (Benjamini-Hochberg). A model is
-*detected* when its active accounts decline significantly (q <= 0.10) and pass the effect-size gate
-(at least 5% fewer accounts a week, the median of the last 4 weeks at least 25% below the median of
-the first 4), while its share of platform tokens is falling too (a negative Theil-Sen slope: when the
-whole platform shrinks, shares hold and nothing is flagged; the share's own q is reported, since a
-few heavy users can keep a fading model's token share up). It is *flagged* (a retirement candidate)
-only when the run of the previous week detected it too. Thresholds come from the catalog's
-``[adoption]`` table; every result carries ``METHOD_VERSION``.
+The p-values of all models and both metrics are adjusted together (Benjamini-Hochberg). Which
+conditions make a model *detected*, and *flagged* (a retirement candidate), is ``CRITERIA``: ``decide``
+applies them and ``rule_text`` states them from the same thresholds (the catalog's ``[adoption]``
+table), so the report, its JSON and the docs print the rule the code applies. Every result carries
+``METHOD_VERSION``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +88,63 @@ class Decision:
     reason: str
 
 
+@dataclass(frozen=True)
+class Criterion:
+    """One condition of the rule: what it says (``text``, filled from the thresholds), whether a
+    model meets it and what the model's own figure was (``outcome``)."""
+
+    text: str
+    met: Callable[[dict[str, Trend], dict[str, float], AdoptionConfig], bool]
+    outcome: Callable[[dict[str, Trend], dict[str, float]], str]
+
+
+# The rule, once: ``decide`` applies these, ``rule_text`` states them, the report and docs print that.
+CRITERIA = (
+    Criterion(
+        "the model was used in the window",
+        lambda t, q, cfg: t["active_accounts"].first_median > 0 or t["active_accounts"].last_median > 0,
+        lambda t, q: "used in the window",
+    ),
+    Criterion(
+        "its weekly active accounts fall significantly: a one-sided Mann-Kendall test, with the "
+        "p-values of every model and both series adjusted together (Benjamini-Hochberg), gives "
+        "q <= {fdr_q:g}",
+        lambda t, q, cfg: q["active_accounts"] <= cfg.fdr_q,
+        lambda t, q: f"accounts trend q={q['active_accounts']:.3f}",
+    ),
+    Criterion(
+        "its share of platform tokens falls too: a negative Theil-Sen slope (its q is reported, not "
+        "required, since a few heavy users can hold a fading model's share up; when the whole "
+        "platform shrinks, shares hold and nothing is flagged)",
+        lambda t, q, cfg: t["token_share"].slope < 0,
+        lambda t, q: f"token share {t['token_share'].weekly_change:+.1%}/week (q={q['token_share']:.3f})",
+    ),
+    Criterion(
+        "its active accounts fall by at least {min_weekly_decline:.0%} a week (Theil-Sen slope)",
+        lambda t, q, cfg: t["active_accounts"].weekly_change <= -cfg.min_weekly_decline,
+        lambda t, q: f"accounts {t['active_accounts'].weekly_change:+.1%}/week",
+    ),
+    Criterion(
+        "the median of its active accounts over the last 4 weeks is at least {min_median_drop:.0%} "
+        "below the median over the first 4",
+        lambda t, q, cfg: t["active_accounts"].median_drop >= cfg.min_median_drop,
+        lambda t, q: f"last-4 median {t['active_accounts'].median_drop:.0%} below first-4",
+    ),
+)
+
+
+def rule_text(cfg: AdoptionConfig) -> str:
+    """The detector's rule in words, from the same thresholds and criteria ``decide`` applies."""
+    values = cfg.model_dump()
+    conditions = "; ".join(f"({i}) {c.text.format(**values)}" for i, c in enumerate(CRITERIA, 1))
+    return (
+        f"A model is detected when, over the last {cfg.weeks} complete ISO weeks (weeks that failed "
+        f"data quality left out; at least {cfg.min_weeks} usable weeks), all of these hold: "
+        f"{conditions}. It is flagged as a retirement candidate when it is detected in this week's run "
+        "and in the run of the week before."
+    )
+
+
 def decide(
     series: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]], cfg: AdoptionConfig
 ) -> dict[str, Decision]:
@@ -120,25 +175,11 @@ def decide(
             continue
         t = {m: trends[(model, m)] for m in METRICS}
         qs = {m: q_of[(model, m)] for m in METRICS}
-        accounts = t["active_accounts"]
-        share = t["token_share"]
-        checks = [
-            (accounts.first_median > 0 or accounts.last_median > 0, "used in the window"),
-            (qs["active_accounts"] <= cfg.fdr_q, f"accounts trend q={qs['active_accounts']:.3f}"),
-            (share.slope < 0, f"token share {share.weekly_change:+.1%}/week (q={qs['token_share']:.3f})"),
-            (
-                accounts.weekly_change <= -cfg.min_weekly_decline,
-                f"accounts {accounts.weekly_change:+.1%}/week",
-            ),
-            (
-                accounts.median_drop >= cfg.min_median_drop,
-                f"last-4 median {accounts.median_drop:.0%} below first-4",
-            ),
-        ]
-        failed = [text for ok, text in checks if not ok]
+        results = [(c.met(t, qs, cfg), c.outcome(t, qs)) for c in CRITERIA]
+        failed = [text for ok, text in results if not ok]
         detected = not failed
-        reason = "; ".join(text for _, text in checks) if detected else "not met: " + "; ".join(failed)
-        out[model] = Decision(model, accounts.n, t, qs, detected, reason)
+        reason = "; ".join(text for _, text in results) if detected else "not met: " + "; ".join(failed)
+        out[model] = Decision(model, t["active_accounts"].n, t, qs, detected, reason)
     return out
 
 

@@ -24,15 +24,39 @@ def _num(x: object) -> str:
     return f"{x:,}" if isinstance(x, int) else str(x)
 
 
+def decades(values: list[float]) -> tuple[int, int]:
+    """The log axis of positive ``values``: from the decade at or below the smallest to the decade at
+    or above the largest (at least one decade), so every tick is a power of ten on its own line."""
+    positive = [v for v in values if v > 0] or [1.0]
+    lo = math.floor(math.log10(min(positive)))
+    hi = math.ceil(math.log10(max(positive)))
+    return lo, max(hi, lo + 1)
+
+
+def spread(wanted: list[float], gap: float, low: float, high: float) -> list[float]:
+    """Label positions as near ``wanted`` as they can be, at least ``gap`` apart, within low..high:
+    placed top to bottom pushing down, then pulled back up from the bottom edge."""
+    order = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    placed = [0.0] * len(wanted)
+    cursor = low - gap
+    for i in order:
+        cursor = max(wanted[i], cursor + gap)
+        placed[i] = cursor
+    ceiling = high + gap
+    for i in reversed(order):
+        ceiling = min(placed[i], ceiling - gap)
+        placed[i] = ceiling
+    return placed
+
+
 def accounts_chart(data: dict, width: int = 860, height: int = 320) -> str:
-    """Weekly active accounts per model on a log scale; candidates in red with their trend line."""
+    """Weekly active accounts per model on a log scale with a tick per decade; candidates in red
+    with their trend line; each line's name at its right end, names never overlapping."""
     models = data["models"]
     weeks = data["weeks"]
-    left, right, top, bottom = 60, 170, 20, 40
+    left, right, top, bottom = 60, 190, 20, 40
     w, h = width - left - right, height - top - bottom
-    values = [v for m in models for v in m["weekly_active_accounts"].values() if v > 0] or [1]
-    lo, hi = math.log10(max(min(values), 1)), math.log10(max(values) * 1.2)
-    hi = max(hi, lo + 1)
+    lo, hi = decades([v for m in models for v in m["weekly_active_accounts"].values()])
 
     def x(i: float) -> float:
         return left + w * i / max(len(weeks) - 1, 1)
@@ -43,34 +67,44 @@ def accounts_chart(data: dict, width: int = 860, height: int = 320) -> str:
     parts = [
         f"<svg class='chart' id='accounts-chart' width='{width}' height='{height}' role='img' aria-label='weekly active accounts per model'>"
     ]
-    for k in range(math.floor(lo), math.ceil(hi) + 1):
+    for k in range(lo, hi + 1):
         yy = y(10**k)
-        if top <= yy <= top + h:
-            parts.append(f"<line x1='{left}' x2='{left + w}' y1='{yy:.1f}' y2='{yy:.1f}' stroke='#e5e5e5'/>")
-            parts.append(
-                f"<text x='{left - 6}' y='{yy + 4:.1f}' text-anchor='end' font-size='11'>{10**k:,}</text>"
-            )
+        parts.append(f"<line x1='{left}' x2='{left + w}' y1='{yy:.1f}' y2='{yy:.1f}' stroke='#e5e5e5'/>")
+        parts.append(
+            f"<text class='tick' x='{left - 6}' y='{yy + 4:.1f}' text-anchor='end' font-size='11'>{10**k:,}</text>"
+        )
+    parts.append(
+        f"<text x='12' y='{top + h / 2:.1f}' font-size='11' transform='rotate(-90 12 {top + h / 2:.1f})' "
+        "text-anchor='middle'>active accounts a week (log scale)</text>"
+    )
     for i, week in enumerate(weeks):
         if i % 2 == 0:
             parts.append(
                 f"<text x='{x(i):.1f}' y='{top + h + 16}' text-anchor='middle' font-size='10'>{e(week[5:])}</text>"
             )
+    ends = [y(list(m["weekly_active_accounts"].values())[-1]) for m in models]
+    labels = spread(ends, 13, top + 4, top + h + 4)
     for n, m in enumerate(models):
         color = CANDIDATE if m["flagged"] else PALETTE[n % len(PALETTE)]
         series = list(m["weekly_active_accounts"].values())
         points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(series))
         width_ = 3 if m["flagged"] else 1.5
         parts.append(f"<polyline fill='none' stroke='{color}' stroke-width='{width_}' points='{points}'/>")
+        if abs(labels[n] - ends[n]) > 1:  # moved off its line's end: a leader line shows whose it is
+            parts.append(
+                f"<line x1='{left + w}' y1='{ends[n]:.1f}' x2='{left + w + 8}' y2='{labels[n]:.1f}' stroke='{color}'/>"
+            )
         parts.append(
-            f"<text x='{left + w + 6}' y='{y(series[-1]) + 4:.1f}' font-size='11' fill='{color}'>{e(m['model'])}</text>"
+            f"<text class='series-label' x='{left + w + 10}' y='{labels[n] + 4:.1f}' font-size='11' fill='{color}'>"
+            f"{e(m['model'])} ({series[-1]:,})</text>"
         )
         trend = (m.get("candidate") or {}).get("trend")
         if trend:
             a, b = trend["intercept"], trend["slope"]
-            ends = [(0, math.exp(a)), (len(weeks) - 1, math.exp(a + b * (len(weeks) - 1)))]
+            ends_ = [(0, math.exp(a)), (len(weeks) - 1, math.exp(a + b * (len(weeks) - 1)))]
             parts.append(
-                f"<line class='trend' x1='{x(ends[0][0]):.1f}' y1='{y(ends[0][1]):.1f}' x2='{x(ends[1][0]):.1f}' "
-                f"y2='{y(ends[1][1]):.1f}' stroke='{CANDIDATE}' stroke-width='2' stroke-dasharray='6 4'/>"
+                f"<line class='trend' x1='{x(ends_[0][0]):.1f}' y1='{y(ends_[0][1]):.1f}' x2='{x(ends_[1][0]):.1f}' "
+                f"y2='{y(ends_[1][1]):.1f}' stroke='{CANDIDATE}' stroke-width='2' stroke-dasharray='6 4'/>"
             )
     parts.append("</svg>")
     return "".join(parts)

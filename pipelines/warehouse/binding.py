@@ -88,11 +88,16 @@ def _ingested_rows(engine: Engine) -> int:
 
 
 def require_lake(
-    engine: Engine, lake_root: str, step: str, create: Callable[[], None] | None = None
+    engine: Engine,
+    lake_root: str,
+    step: str,
+    create: Callable[[], None] | None = None,
+    bind: bool = True,
 ) -> Binding:
     """The warehouse's binding, after checking that ``lake_root`` is its lake (binding an unbound
-    warehouse). ``create`` makes a new lake where there is none, for the one step that may (ingest,
-    which holds the ingest lock while it calls this)."""
+    warehouse, unless ``bind`` is false: a step that writes nothing, such as a preview, refuses an
+    unbound warehouse instead). ``create`` makes a new lake where there is none, for the one step that
+    may (ingest, which holds the ingest lock while it calls this)."""
     bound = current(engine)
     locked = create is not None
     lake_id = _identity(engine, lake_root, locked)
@@ -112,6 +117,11 @@ def require_lake(
         create()
         lake_id = _identity(engine, lake_root, locked)
         assert lake_id is not None
+    if bound is None and not bind:
+        raise UsageBillingError(
+            f"{step}: this warehouse has not read a lake yet (no step has ingested into it); run "
+            "`usage-billing run-day` or `events ingest` first"
+        )
     if bound is None:
         _record(engine, lake_id, lake_root, f"first bound by {step}")
         return current(engine)  # type: ignore[return-value]
