@@ -114,7 +114,9 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
     ``events``: event_time, account_id, model, input_tokens, output_tokens, plan, local_day.
     ``pools``: pool_usage rows (account_id, plan, pool, period_start, exhausted_at). The main pool of
     a plan is its pool covering "*"; an event counts as backup-tank use when that pool's balance for
-    the event's period was exhausted at or before the event.
+    the event's period was exhausted at or before the event. Per week: the model's tokens and
+    accounts, its backup-tank tokens and accounts, and ``exhausted_accounts``: its accounts whose
+    main pool ran out (at any time) in a period holding one of their events of the week.
     """
     sel = events.filter(pc.equal(events["model"], model))
     n = sel.num_rows
@@ -155,6 +157,9 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
             "tokens": tokens,
             "backup_tokens": pc.if_else(backup, tokens, 0),
             "backup_account": pc.if_else(backup, sel["account_id"], pa.nulls(n, pa.string())),
+            "exhausted_account": pc.if_else(
+                pc.is_valid(exhausted_at), sel["account_id"], pa.nulls(n, pa.string())
+            ),
         }
     )
     g = table.group_by("week_start", use_threads=False).aggregate(
@@ -163,6 +168,7 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
             ("backup_tokens", "sum"),
             ("account_id", "count_distinct"),
             ("backup_account", "count_distinct"),
+            ("exhausted_account", "count_distinct"),
         ]
     )
     out = pa.table(
@@ -172,6 +178,7 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
             "backup_tokens": g["backup_tokens_sum"],
             "accounts": g["account_id_count_distinct"],
             "backup_accounts": g["backup_account_count_distinct"],
+            "exhausted_accounts": g["exhausted_account_count_distinct"],
         }
     )
     return out.sort_by("week_start")

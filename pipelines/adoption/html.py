@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+from decimal import Decimal
 
 PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 CANDIDATE = "#d62728"
@@ -167,53 +168,186 @@ def migration_chart(matrix: list[dict], source: str, width: int = 860) -> str:
     return "".join(parts)
 
 
+POINTS = (
+    ("last_week", "last complete week"),
+    ("peak_week_by_accounts", "peak week by active accounts"),
+    ("eight_weeks_before", "8 weeks before the last"),
+)
+POINT_COLUMNS = (
+    ("active_accounts", "active accounts"),
+    ("heavy_accounts", "heavy accounts"),
+    ("requests", "requests that week"),
+    ("tokens", "tokens that week"),
+    ("token_share", "share of platform tokens that week"),
+)
+
+
+def money(currency: str, value: object, sign: bool = False) -> str:
+    """An amount with its currency, two decimals, never wrapped (``value``: Decimal or its text)."""
+    if value is None or value == "":
+        return "-"
+    v = Decimal(str(value))
+    return f"{currency}\u00a0{v:+,.2f}" if sign else f"{currency}\u00a0{v:,.2f}"
+
+
 def _point_table(c: dict) -> str:
-    keys = ("active_accounts", "requests", "tokens", "token_share", "heavy_accounts")
-    head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in keys)
+    head = "".join(f"<th>{label}</th>" for _, label in POINT_COLUMNS)
     body = ""
-    for label, key in (("current", "current"), ("peak", "peak"), ("8 weeks ago", "eight_weeks_ago")):
+    for key, label in POINTS:
         p = c[key]
         body += (
-            f"<tr><th>{label} ({e(str(p.get('week_start', '-')))})</th>"
-            + "".join(f"<td class=n>{_num(p.get(k))}</td>" for k in keys)
+            f"<tr><th>{label} (week of {e(str(p.get('week_start', '-')))})</th>"
+            + "".join(f"<td class=n>{_num(p.get(k))}</td>" for k, _ in POINT_COLUMNS)
             + "</tr>"
         )
-    return f"<table><tr><th></th>{head}</tr>{body}</table>"
+    return f"<table class='points'><tr><th>week</th>{head}</tr>{body}</table>"
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.1f} h" if h >= 1 else f"{h * 60:,.0f} min"
+
+
+def preview_lines(c: dict) -> list[str]:
+    """One sentence per successor tier: what moving the preview month's use there does to the bills."""
+    p, cur = c["preview"], c["currency"]
+    if p.get("error"):
+        return [f"no preview for {p['month']}: {p['error']}"]
+    return [
+        f"on {p['successor']} {tier}: {s['accounts_paying_more']:,} of {s['accounts']:,} affected accounts pay "
+        f"more, median change {money(cur, s['median_delta'], True)}, total change {money(cur, s['delta'], True)}"
+        for tier, s in p["tiers"].items()
+    ]
+
+
+def successor_note(c: dict) -> str:
+    """The catalog's successor beside where the accounts that left went; a disagreement said so."""
+    named, seen = c.get("catalog_successor"), c.get("observed_successor")
+    if named is None:
+        return (
+            f"The catalog names no successor; most accounts that left went to {seen['to_model']}."
+            if seen
+            else ("The catalog names no successor, and no account that left moved to another model.")
+        )
+    if seen is None:
+        return f"Catalog successor: {named}; no account that left moved to another model in these weeks."
+    text = (
+        f"Catalog successor: {named} ({c['catalog_successor_accounts']:,} accounts that left went there); "
+        f"observed: most went to {seen['to_model']} ({seen['accounts']:,} accounts)."
+    )
+    if not c["agrees"]:
+        text += (
+            f" They disagree: the preview prices the catalog's successor, {named}; check whether "
+            f"{seen['to_model']} should be the successor."
+        )
+    return text
+
+
+def decision_summary(m: dict) -> list[tuple[str, str]]:
+    """(label, text) rows that open a candidate's section: what a product team decides on."""
+    c = m["candidate"]
+    cur = c["currency"]
+    lo, hi = c["decline_interval_90"]
+    weeks = m["weekly_active_accounts"]
+    last = c["last_week"]
+    rows = [
+        (
+            "decline",
+            f"active accounts {_pct(c['decline_per_week'])} a week (90% interval {_pct(lo)} to {_pct(hi)}) "
+            f"over the weeks of {next(iter(weeks))} to {c['last_week']['week_start']}",
+        ),
+        (
+            "accounts left",
+            f"{last['active_accounts']:,} active accounts in the last complete week (week of {last['week_start']}), "
+            f"{last['heavy_accounts']:,} of them heavy accounts; peak {c['peak_week_by_accounts']['active_accounts']:,} "
+            f"(week of {c['peak_week_by_accounts']['week_start']})",
+        ),
+    ]
+    p = c["preview"]
+    if not p.get("error"):
+        rows.append(
+            (
+                f"revenue at stake ({p['month']})",
+                f"{money(cur, p['revenue_at_stake'])} of the model's usage on the invoices of its "
+                f"{p['affected_accounts']:,} affected accounts",
+            )
+        )
+    rows.append((f"moving to {p['successor']} ({p['month']})", "; ".join(preview_lines(c))))
+    backup = c.get("backup_tank")
+    if backup:
+        per_week = ", ".join(f"{w['exhausted_accounts']:,}" for w in backup["weeks"])
+        rows.append(
+            (
+                "backup tank",
+                f"{backup['token_share']:.0%} of its tokens in the last {len(backup['weeks'])} weeks came after the "
+                f"account's main pool ran out; accounts whose main pool ran out, per week: {per_week or '-'}",
+            )
+        )
+    serving = c["serving_time"]
+    rows.append(
+        (
+            "model time it frees",
+            f"{_hours(serving['mean_hours_last_4_weeks'])} of output a week (mean of the last 4 complete weeks; "
+            f"{_hours(serving['last_week_hours'])} in the last)",
+        )
+    )
+    rows.append(("successor", successor_note(c)))
+    eff = c.get("effectiveness")
+    if eff:
+        multi = next((k for k in eff["classes"] if k["task_class"] == "multi_file"), eff["classes"][0])
+        rows.append((f"effectiveness against {eff['successor']}", multi["sentence"]))
+    return rows
+
+
+def _contacts(c: dict, tiers: list[str]) -> str:
+    info = c["contacts"]
+    cur = c["currency"]
+    head = "".join(f"<th>change on {e(t)}</th>" for t in tiers)
+    body = "".join(
+        f"<tr><td>{e(r['account_id'])}</td><td class=n>{'yes' if r['heavy_last_week'] else ''}</td>"
+        f"<td class=n>{r['heavy_weeks']}</td><td class=n>{r['active_days']}</td><td class=n>{r['tokens']:,}</td>"
+        f"<td class=n>{e(r['last_active_day'] or '-')}</td><td class=n>{money(cur, r['current_total'])}</td>"
+        + "".join(f"<td class=n>{money(cur, r.get(f'delta_{t}'), True)}</td>" for t in tiers)
+        + "</tr>"
+        for r in info["top"]
+    )
+    return (
+        f"<h3>Accounts to contact</h3><p>{info['accounts']:,} accounts to contact (active on the model in the weeks "
+        f"of {e(info['weeks'][0])} to {e(info['weeks'][1])}, or affected in the preview month); "
+        f"{info['heavy_last_week']:,} were heavy accounts in the last complete week. All of them, with their "
+        f"usage and change per tier: <a href='{e(info['file'])}'>{e(info['file'])}</a>. The first "
+        f"{min(len(info['top']), info['accounts'])}:</p>"
+        "<table class='contacts'><tr><th>account</th><th>heavy last week</th><th>heavy weeks (of 4)</th>"
+        f"<th>active days (4 weeks)</th><th>tokens (4 weeks)</th><th>last active</th><th>bill now (preview month)</th>{head}</tr>"
+        f"{body}</table>"
+    )
 
 
 def _candidate(m: dict, lifecycle: list[dict]) -> str:
     c = m["candidate"]
-    lo, hi = c["decline_interval_90"]
     proj = c["projection"]
     projection = (
         f"active accounts projected to fall below {proj['floor_accounts']} between {proj['earliest']} and {proj['latest']}"
         if proj
         else "no projection (the decline's interval includes zero, or the floor is beyond twice the window)"
     )
-    aff = c["affected"]
-    heavy = "".join(
-        f"<tr><td>{e(h['account_id'])}</td><td class=n>{h['active_days']}</td><td class=n>{h['requests']:,}</td><td class=n>{e(h['overage_revenue_30d'])}</td></tr>"
-        for h in aff["heavy_accounts"][:50]
-    )
-    backup = c.get("backup_tank")
+    summary = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in decision_summary(m))
     timeline = "".join(f"<li><b>{e(s['date'])}</b>: {e(s['step'])}</li>" for s in c["timeline"])
+    tiers = list(c["preview"]["tiers"])
     return f"""
 <section class='candidate'>
 <h2>{e(m["model"])}: retirement candidate</h2>
-<p class='lead'>Weekly active accounts change <b>{_pct(c["decline_per_week"])}</b> a week (90% interval {_pct(lo)} to {_pct(hi)};
-q = {c["accounts_q"]:.3g}; token share q = {c["share_q"]:.3g}). Flagged this week and last week. {e(projection)}.</p>
+<table class='decision'>{summary}</table>
+<h3>Detail</h3>
+<p>Weekly active accounts: q = {c["accounts_q"]:.3g}; token share q = {c["share_q"]:.3g}. Detected this week and last week. {e(projection)}.</p>
 {_point_table(c)}
-<h3>Successor: {e(str(c["successor"]))} <small>({e(str(c["source"]))})</small></h3>
+<h3>Successor and where users went</h3>
+<p>{e(successor_note(c))}</p>
 {migration_chart(c["migration"], m["model"])}
 <h3>Lifecycle per week</h3>
 <p class='legend'><span style='color:#2ca02c'>■ new</span> <span style='color:#1f77b4'>■ resurrected</span> <span style='color:#b0b0b0'>■ returning</span> <span style='color:{DORMANT}'>■ went dormant</span></p>
 {lifecycle_chart(lifecycle)}
-<h3>Affected accounts</h3>
-<p>{aff["active_accounts_30d"]:,} accounts used it in the last 30 days; {len(aff["heavy_accounts"])} heavy accounts
-(overage revenue over 30 days: {e(aff["heavy_overage_revenue_30d"])} of {e(aff["overage_revenue_30d"])} for the model).
-{f"Backup tank: {backup['token_share']:.0%} of its tokens in the last 4 weeks were used while the account's main pool was exhausted." if backup else ""}</p>
-<table><tr><th>heavy account</th><th>active days (30 d)</th><th>requests</th><th>overage revenue (30 d)</th></tr>{heavy}</table>
 {_effectiveness(c.get("effectiveness"), m["model"])}
+{_contacts(c, tiers)}
 <h3>Suggested notice timeline</h3><ol>{timeline}</ol>
 </section>"""
 
@@ -278,7 +412,10 @@ def render_html(data: dict) -> str:
 <h2>All models</h2>
 <table><tr><th>model</th><th>status</th><th>accounts / week</th><th>q</th><th>why</th></tr>{rows}</table>
 {body}
-<p class='meta'>How to read this: a model is flagged when, over the last {data["thresholds"]["weeks"]} complete weeks, both its weekly active accounts and its share of platform tokens fall (one-sided Mann-Kendall, Benjamini-Hochberg q &le; {data["thresholds"]["fdr_q"]} across all models), accounts fall at least {data["thresholds"]["min_weekly_decline"]:.0%} a week and the last 4 weeks' median is at least {data["thresholds"]["min_median_drop"]:.0%} below the first 4 weeks', in this run and the previous one.</p>
+<h2>How to read this</h2>
+<p class='rule'>{e(data["rule"])}</p>
+<dl class='terms'>{"".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in data["definitions"].items())}</dl>
+<p class='meta'>Amounts in {e(data["currency"])}.</p>
 </body></html>"""
 
 
@@ -300,44 +437,42 @@ def render_markdown(data: dict) -> str:
         if not m["flagged"]:
             continue
         c = m["candidate"]
-        lo, hi = c["decline_interval_90"]
-        lines += [
-            "",
-            f"## {m['model']}",
-            "",
-            f"- decline: {_pct(c['decline_per_week'])} a week (90% interval {_pct(lo)} to {_pct(hi)})",
-        ]
-        for label, key in (("current", "current"), ("peak", "peak"), ("8 weeks ago", "eight_weeks_ago")):
+        lines += ["", f"## {m['model']}: retirement candidate", ""]
+        lines += [f"- **{k}**: {v}" for k, v in decision_summary(m)]
+        lines += ["", "| week | " + " | ".join(label for _, label in POINT_COLUMNS) + " |"]
+        lines.append("|---|" + "---:|" * len(POINT_COLUMNS))
+        for key, label in POINTS:
             p = c[key]
             lines.append(
-                f"- {label} ({p.get('week_start')}): {p['active_accounts']} accounts, {p['requests']:,} requests, {p['tokens']:,} tokens, share {p['token_share'] or 0:.2%}, {p['heavy_accounts']} heavy"
+                f"| {label} (week of {p.get('week_start')}) | "
+                + " | ".join(_num(p.get(k)) for k, _ in POINT_COLUMNS)
+                + " |"
             )
         proj = c["projection"]
-        lines.append(
-            f"- projection: below {proj['floor_accounts']} accounts between {proj['earliest']} and {proj['latest']}"
+        lines += [
+            "",
+            f"- projection: below {proj['floor_accounts']} active accounts between {proj['earliest']} and "
+            f"{proj['latest']}"
             if proj
-            else "- projection: none"
-        )
-        lines.append(
-            f"- successor: {c['successor']} ({c['source']}); migration: "
-            + ", ".join(f"{r['to_model']} {r['accounts']}" for r in c["migration"][:5])
-        )
-        aff = c["affected"]
-        lines.append(
-            f"- affected: {aff['active_accounts_30d']} accounts in 30 days; heavy: "
-            + ", ".join(h["account_id"] for h in aff["heavy_accounts"])
-        )
-        if c.get("backup_tank"):
-            lines.append(
-                f"- backup tank: {c['backup_tank']['token_share']:.0%} of its tokens while the main pool was exhausted"
-            )
+            else "- projection: none",
+            "- where the accounts that left went: "
+            + ", ".join(f"{r['to_model']} {r['accounts']:,}" for r in c["migration"][:5]),
+        ]
         if c.get("effectiveness"):
             eff = c["effectiveness"]
             lines.append(
                 f"- effectiveness against {eff['successor']} ({eff['weeks'][0]} to {eff['weeks'][1]} weeks):"
             )
             lines += [f"  - {k['sentence']}" for k in eff["classes"]]
+        info = c["contacts"]
+        lines.append(
+            f"- accounts to contact: {info['accounts']:,} ({info['heavy_last_week']:,} heavy in the last "
+            f"complete week), in {info['file']}"
+        )
         lines += [f"- {s['date']}: {s['step']}" for s in c["timeline"]]
+    lines += ["", "## How to read this", "", data["rule"], ""]
+    lines += [f"- **{k}**: {v}" for k, v in data["definitions"].items()]
+    lines += ["", f"Amounts in {data['currency']}."]
     return "\n".join(lines) + "\n"
 
 
@@ -346,4 +481,6 @@ body{font-family:system-ui,sans-serif;max-width:62rem;margin:2rem auto;color:#22
 table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{padding:.2rem .5rem;border-bottom:1px solid #ddd;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}.meta{color:#666;font-size:.9rem}.lead{font-size:1.05rem}
 section.candidate{border-left:4px solid #d62728;padding-left:1rem;margin:2rem 0}svg.chart{display:block;margin:.5rem 0}
+table.decision th{width:14rem;vertical-align:top}td.n{white-space:nowrap}dl.terms dt{font-weight:600;margin-top:.4rem}
+dl.terms dd{margin-left:1rem}
 """

@@ -319,6 +319,12 @@ class PreviewResult:
     currency: str
     rows: list[dict]  # one per (tier, affected account), CSV_COLUMNS
     tiers: dict[str, dict]
+    model_revenue: dict[str, Decimal]  # per affected account: the model's amounts on its invoice now
+
+    @property
+    def revenue_at_stake(self) -> Decimal:
+        """What the month's invoices charge for the model (its overage lines), as billed now."""
+        return sum(self.model_revenue.values(), ZERO)
 
     def to_json(self) -> dict:
         return {
@@ -327,6 +333,7 @@ class PreviewResult:
             "month": self.request.month,
             "currency": self.currency,
             "tiers": self.tiers,
+            "current_model_revenue": self.revenue_at_stake,
             "accounts": self.rows,
         }
 
@@ -413,7 +420,8 @@ def compute(
             )
         summary[t] = _summary(tier_rows)
         rows += tier_rows
-    return PreviewResult(request, catalog.currency, rows, summary)
+    revenue = {a: v for a, v in now["model_revenue"].items()}
+    return PreviewResult(request, catalog.currency, rows, summary, revenue)
 
 
 def _per_account(t: pa.Table) -> dict:
@@ -431,6 +439,8 @@ def _bill(bills: list[Bill], plans: pa.Table, catalog: Catalog, request: Request
         on = "as billed now" if tier == "current" else f"on {request.successor} {tier}"
         raise UsageBillingError(f"cannot preview {request.month} {on}: {exc}") from None
     sums = totals(lines)
+    mine = lines.filter(pc.fill_null(pc.equal(lines["model"], request.model), False))
+    revenue = _per_account(pa.table({"account_id": mine["account_id"], "v": mine["amount"]}))
     exhausted = pa.concat_tables([b.exhausted for b in bills])
     days: dict[str, list[str]] = {}
     if exhausted.num_rows:
@@ -444,6 +454,7 @@ def _bill(bills: list[Bill], plans: pa.Table, catalog: Catalog, request: Request
         ),
         "overage": overage,
         "exhausted": days,
+        "model_revenue": revenue,
     }
 
 

@@ -7,10 +7,14 @@ that a browser draws (headless Chromium screenshot).
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import html
 import json
+import re
 import shutil
 import subprocess
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +22,7 @@ import pytest
 from sqlalchemy import select, text
 
 from pipelines.adoption import weekly as adoption
+from pipelines.adoption.detect import rule_text
 from pipelines.adoption.retirement import run as report
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
@@ -26,6 +31,7 @@ from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import ModelMigration, ModelWeekly, RetirementCandidate
+from tests.adoption.test_report_pages import _rendered_boxes, assert_no_text_overlaps
 from tests.conftest import CATALOG_PATH
 
 pytestmark = pytest.mark.slow
@@ -117,13 +123,33 @@ def test_the_fading_fast_model_is_the_only_candidate_with_the_facts_a_pm_needs(
     c = flagged[0]["candidate"]
     assert c["decline_per_week"] <= -0.05 and c["decline_interval_90"][1] < 0
     assert c["successor"] == "gpt-5.6-sol" and c["source"] == "catalog" and c["migration"]
-    assert c["current"]["active_accounts"] < c["peak"]["active_accounts"]
-    assert c["affected"]["active_accounts_30d"] > 0 and c["affected"]["heavy_accounts"]
+    assert c["last_week"]["active_accounts"] < c["peak_week_by_accounts"]["active_accounts"]
+    assert c["last_week"]["heavy_accounts"] <= c["last_week"]["active_accounts"]
+    # the preview of the last complete month, on each tier of the successor priced all of August
+    p = c["preview"]
+    assert p["error"] is None and p["month"] == "2026-08" and set(p["tiers"]) == {"standard", "priority"}
+    assert all(t["accounts"] == p["affected_accounts"] > 0 for t in p["tiers"].values())
+    preview = json.loads((tmp_path / f"preview-{FAST}" / "preview.json").read_text())
+    assert preview["tiers"]["standard"]["delta"] == p["tiers"]["standard"]["delta"]
+    assert Decimal(p["revenue_at_stake"]) == Decimal(preview["current_model_revenue"]) > 0
+    # the accounts to contact: everyone active in the last 4 weeks or affected, with a change per tier
+    with open(tmp_path / f"accounts-{FAST}.csv", encoding="utf-8") as f:
+        contacts = list(csv.DictReader(f))
+    assert len(contacts) == c["contacts"]["accounts"] >= p["affected_accounts"]
+    assert {"delta_standard", "delta_priority", "heavy_last_week", "current_total"} <= set(contacts[0])
+    affected = {r["account_id"] for r in preview["accounts"]}
+    assert affected <= {r["account_id"] for r in contacts}
+    heavy = sum(r["heavy_last_week"] == "True" for r in contacts)
+    assert heavy == c["contacts"]["heavy_last_week"] == c["last_week"]["heavy_accounts"]
+    assert c["serving_time"]["last_week_hours"] > 0
+    assert c["catalog_successor"] == "gpt-5.6-sol" and c["observed_successor"]["to_model"]
     assert c["backup_tank"] is not None and 0 < c["backup_tank"]["token_share"] <= 1
     assert len(c["timeline"]) == 4
     for name in ("report.html", "report.json", "report.md"):
         assert (tmp_path / name).stat().st_size > 500
-    assert json.loads((tmp_path / "report.json").read_text())["method_version"] == data["method_version"]
+    stored = json.loads((tmp_path / "report.json").read_text())
+    assert stored["method_version"] == data["method_version"]
+    assert stored["rule"] == rule_text(catalog.adoption) and stored["currency"] == "USD"
     assert FAST in (tmp_path / "report.md").read_text()
     with engine.connect() as conn:
         rows = conn.execute(
@@ -171,8 +197,8 @@ def test_the_html_report_renders_its_charts_in_a_browser(adoption_db, catalog, t
     engine = make_engine(adoption_db.database_url)
     report(engine, catalog, AS_OF, tmp_path, adoption_db.lake)
     page = tmp_path / "report.html"
-    html = page.read_text()
-    assert html.count("<svg") >= 3 and "<script" not in html and "http" not in html.split("<body>")[1]
+    source = page.read_text()
+    assert source.count("<svg") >= 3 and "<script" not in source and "http" not in source.split("<body>")[1]
     shot = tmp_path / "shot.png"
     subprocess.run(
         [
@@ -196,6 +222,14 @@ def test_the_html_report_renders_its_charts_in_a_browser(adoption_db, catalog, t
     assert red > 300 and green > 300, (red, green)
     top = image.crop((0, 0, 1100, 700)).getcolors(maxcolors=1 << 20)
     assert len(top) > 20  # the accounts chart drew lines and labels, not a blank page
+    # as Chromium lays the chart out: decade ticks and line labels never overlap
+    boxes = _rendered_boxes(page, tmp_path)
+    ticks = [b["text"] for b in sorted((b for b in boxes if b["cls"] == "tick"), key=lambda b: -b["top"])]
+    assert ticks[:2] == ["10", "100"] and len(ticks) >= 3
+    assert_no_text_overlaps(boxes)
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", source)).split())
+    assert " ".join(rule_text(catalog.adoption).split()) in text
+    assert "heavy account an account active on the model" in text and "USD" in text
 
 
 def test_too_little_history_is_a_clear_error(adoption_db, catalog, tmp_path):

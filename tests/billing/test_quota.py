@@ -607,6 +607,7 @@ def test_backup_tank_share_counts_use_after_the_main_pool_ran_out():
             "backup_tokens": 30,
             "accounts": 2,
             "backup_accounts": 1,
+            "exhausted_accounts": 1,  # x's main pool ran out that week; y's did not
         }
     ]
 
