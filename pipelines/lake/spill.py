@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
 
+from pipelines.errors import UsageBillingError
 from pipelines.lake.paths import (
     create_object,
     io_errors,
@@ -104,6 +106,50 @@ def write_npy(path: str, array: np.ndarray) -> None:
             handle.write(buf.getvalue())
 
 
-def read_npy(path: str) -> np.ndarray:
+def read_npy(path: str, mmap: bool = False) -> np.ndarray:
+    """An array ``write_npy`` wrote; ``mmap`` maps a local file instead of reading it (a binary search
+    then touches a few pages). The header is parsed here, not by ``np.load``: NumPy reads it with
+    ``ast.literal_eval``, which CPython 3.11 can fail on when Beam's worker threads call it at the same
+    time (``SystemError: AST constructor recursion depth mismatch``)."""
+    if mmap and is_local(path):
+        with open(path, "rb") as handle:
+            dtype, shape, offset = _npy_header(handle.read(_NPY_PREFIX_MAX), path)
+        if 0 in shape:  # nothing to map
+            return np.empty(shape, dtype=dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
     with open(path, "rb") if is_local(path) else open_object(path) as handle:
-        return np.load(io.BytesIO(handle.read()), allow_pickle=False)
+        data = handle.read()
+    dtype, shape, offset = _npy_header(data, path)
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(data) < offset + count * dtype.itemsize:
+        raise UsageBillingError(f"{path}: truncated array file ({len(data)} bytes)")
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_NPY_PREFIX_MAX = 1 << 16
+_NPY_FIELD = {
+    "descr": re.compile(r"'descr':\s*'([<>|=]?[a-zA-Z]\d*)'"),
+    "fortran_order": re.compile(r"'fortran_order':\s*(True|False)"),
+    "shape": re.compile(r"'shape':\s*\(([\d,\s]*)\)"),
+}
+
+
+def _npy_header(data: bytes, path: str) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, data offset) of an .npy file's header; only the plain arrays ``write_npy``
+    writes (one simple dtype, C order), anything else a one-line error."""
+    if data[:6] != _NPY_MAGIC or len(data) < 10:
+        raise UsageBillingError(f"{path}: not a NumPy array file")
+    major = data[6]
+    size, start = (
+        (int.from_bytes(data[8:10], "little"), 10)
+        if major == 1
+        else (int.from_bytes(data[8:12], "little"), 12)
+    )
+    header = data[start : start + size].decode("latin1")
+    found = {name: pattern.search(header) for name, pattern in _NPY_FIELD.items()}
+    if not all(found.values()) or found["fortran_order"].group(1) == "True":  # type: ignore[union-attr]
+        raise UsageBillingError(f"{path}: unexpected NumPy header {header.strip()!r}")
+    dims = [part.strip() for part in found["shape"].group(1).split(",")]  # type: ignore[union-attr]
+    shape = tuple(int(part) for part in dims if part)
+    return np.dtype(found["descr"].group(1)), shape, start + size  # type: ignore[union-attr]

@@ -102,7 +102,7 @@ def _may_hold(folder: str, shard: int, wanted: np.uint64) -> bool:
     if not lake.exists(index):
         return True
     # A local index is mapped, not read: a binary search touches a few pages of it.
-    hashes = np.load(index, mmap_mode="r") if lake.is_local(index) else lake.read_npy(index)
+    hashes = lake.read_npy(index, mmap=True)
     at = int(np.searchsorted(hashes, wanted))
     return at < len(hashes) and hashes[at] == wanted
 
