@@ -58,7 +58,8 @@ def retirement_preview(
 ) -> None:
     """What each account would pay for the month if its use of the model had been on the successor
     (preview.csv, preview.json, preview.md). Writes nothing to the warehouse or the lake."""
-    from pipelines.adoption.preview import line, preview, write
+    from pipelines.adoption.preview import preview
+    from pipelines.adoption.preview_files import line, write
 
     s = settings_of(ctx)
     engine = warehouse_of(ctx)

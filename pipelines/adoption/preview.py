@@ -20,13 +20,10 @@ An *affected account* is an account with an event of the model on a local day of
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import itertools
-import json
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -34,17 +31,14 @@ import pyarrow.compute as pc
 from sqlalchemy import Engine
 
 from billing.billable import billable_rows
-from billing.calendar import local_dates
-from billing.invoices import BILLABLE_SCHEMA, PLAN_SCHEMA, build_lines, month_bounds, totals
-from billing.plan import AccountIndex, attach_accounts, main_pool
+from billing.invoices import BILLABLE_SCHEMA, build_lines, month_bounds, totals
+from billing.plan import AccountIndex, main_pool
 from billing.pricing import MissingPriceError, price_in_force, unit_prices
 from billing.quota import allocate
-from pipelines import lake
+from pipelines.adoption.preview_input import AccountZones, plan_rows, read_events
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing.months import check_month
 from pipelines.quota.checks import check_allocation
-from pipelines.quota.meter import COLUMNS, FEW_VALUES
-from pipelines.quota.store import read_window
 from schemas.catalog import TOKEN_KINDS, Catalog
 from schemas.events import SPEED_TIERS, utc_date
 from schemas.lake import AMOUNT
@@ -52,20 +46,6 @@ from schemas.lake import AMOUNT
 KEEP, ALL = "keep", "all"
 TIER_CHOICES = (*SPEED_TIERS, KEEP, ALL)
 CHUNK_EVENTS = 400_000  # events allocated at once (an account's events are never split)
-CSV_COLUMNS = [
-    "account_id",
-    "month",
-    "tier",
-    "current_total",
-    "projected_total",
-    "delta",
-    "currency",
-    "moved_tokens",
-    "current_overage_tokens",
-    "projected_overage_tokens",
-    "current_main_pool_exhausted",
-    "projected_main_pool_exhausted",
-]
 ZERO = Decimal("0.00")
 
 
@@ -96,72 +76,6 @@ def resolve(catalog: Catalog, model: str, month: str, successor: str | None, tie
         raise UsageBillingError(f"--tier must be one of {', '.join(TIER_CHOICES)}, got {tier!r}")
     tiers = SPEED_TIERS if tier == ALL else (tier,)
     return Request(model, successor, month, tuple(tiers) if tier == ALL else (tier,))
-
-
-def _files(lake_root: str, first: dt.date, last: dt.date) -> list[str]:
-    days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    return [f for d in days for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))]
-
-
-def _is(values: pa.ChunkedArray | pa.Array, wanted: pa.Array) -> pa.Array:
-    """``values`` (text or dictionary) is in ``wanted``: looked up once per distinct value."""
-    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    if pa.types.is_dictionary(values.type):
-        found = pc.is_in(values.dictionary, value_set=wanted)
-        return pc.fill_null(found.take(values.indices), False)
-    return pc.is_in(values, value_set=wanted)
-
-
-def read_events(
-    lake_root: str, catalog: Catalog, index: AccountIndex, month: str, model: str
-) -> tuple[pa.Table | None, pa.Array]:
-    """(events of the affected accounts that metering the month reads, with plan and local day;
-    the affected accounts, sorted). Two passes over the window's files: the model's events find
-    the affected accounts, then only their events are kept."""
-    first, last = month_bounds(month)
-    lo, hi = read_window([first, last], catalog)
-    files = _files(lake_root, lo, hi)
-    wanted = pa.array([model], pa.string())
-    found: list[pa.Table] = []
-    for path in files:
-        part = lake.open_parquet(path, read_dictionary=["account_id", "model"]).read(
-            columns=["account_id", "model", "event_time"]
-        )
-        part = part.filter(_is(part["model"], wanted))
-        if part.num_rows:
-            found.append(
-                part.select(["account_id", "event_time"]).cast(
-                    pa.schema(
-                        [("account_id", pa.string()), ("event_time", part.schema.field("event_time").type)]
-                    )
-                )
-            )
-    if found:
-        mine = attach_accounts(pa.concat_tables(found), index)
-        day = mine["local_day"]
-        in_month = pc.and_(
-            pc.greater_equal(day, pa.scalar(first, pa.date32())),
-            pc.less_equal(day, pa.scalar(last, pa.date32())),
-        )
-        affected = pc.unique(mine["account_id"].filter(in_month).combine_chunks())
-        affected = affected.take(pc.sort_indices(affected))
-    else:
-        affected = pa.array([], pa.string())
-    parts = []
-    if len(affected):
-        for path in files:
-            part = lake.open_parquet(path, read_dictionary=FEW_VALUES).read(columns=COLUMNS)
-            part = part.filter(_is(part["account_id"], affected))
-            if part.num_rows:
-                parts.append(part.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in part.schema])))
-    if not parts:
-        return None, affected
-    events = attach_accounts(pa.concat_tables(parts).combine_chunks(), index)
-    return events.filter(pc.less_equal(events["local_day"], pa.scalar(last, pa.date32()))), affected
-
-
-def _plain(typ: pa.DataType) -> pa.DataType:
-    return typ.value_type if pa.types.is_dictionary(typ) else typ
 
 
 def rewrite(events: pa.Table, model: str, successor: str, tier: str) -> pa.Table:
@@ -216,19 +130,6 @@ def _meter(events: pa.Table, catalog: Catalog, first: dt.date, last: dt.date, zo
     return Bill(rows, exhausted)
 
 
-class AccountZones:
-    def __init__(self, accounts: pa.Table) -> None:
-        zones = accounts.group_by("account_id").aggregate([("timezone", "min")])
-        self.ids, self.zones = zones["account_id"], zones["timezone_min"]
-
-    def local_days(self, account: pa.Array | pa.ChunkedArray, at: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        if len(account) == 0:
-            return np.array([], "datetime64[D]")
-        code = pc.index_in(account, value_set=self.ids)
-        zone = pc.fill_null(self.zones.take(code), "UTC")
-        return local_dates(at, zone)
-
-
 def _month_grain(rows: pa.Table) -> pa.Table:
     """Billable rows of local days -> the grain ``invoices draft`` reads (``billable_by_price``)."""
     keys = ["account_id", "model", "speed_tier", "token_kind", "price_from"]
@@ -244,16 +145,6 @@ def _month_grain(rows: pa.Table) -> pa.Table:
             "overage_tokens": g["overage_tokens_sum"],
         }
     ).cast(BILLABLE_SCHEMA)
-
-
-def plan_rows(accounts: pa.Table, affected: pa.Array, first: dt.date, last: dt.date) -> pa.Table:
-    """The accounts' plan rows in force in the month (what drafting reads for plan fees)."""
-    a = accounts.filter(pc.is_in(accounts["account_id"], value_set=affected))
-    starts = pc.less_equal(a["active_from"], pa.scalar(last, pa.date32()))
-    ends = pc.or_kleene(
-        pc.is_null(a["active_until"]), pc.greater_equal(a["active_until"], pa.scalar(first, pa.date32()))
-    )
-    return a.filter(pc.and_(starts, ends)).select(PLAN_SCHEMA.names).cast(PLAN_SCHEMA)
 
 
 def _chunks(events: pa.Table) -> list[pa.Table]:
@@ -469,57 +360,3 @@ def _summary(rows: list[dict]) -> dict:
         "accounts_paying_more": sum(1 for d in deltas if d > 0),
         "median_delta": median,
     }
-
-
-def write(result: PreviewResult, out: str | Path) -> Path:
-    folder = Path(out)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "preview.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-            w.writeheader()
-            w.writerows(_strings(r) for r in result.rows)
-        payload = result.to_json()
-        (folder / "preview.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
-        (folder / "preview.md").write_text(markdown(result), encoding="utf-8")
-    except OSError as exc:
-        raise UsageBillingError(f"cannot write the preview to {folder}: {exc.strerror or exc}") from None
-    return folder
-
-
-def _strings(row: dict) -> dict:
-    return {k: (f"{v:.2f}" if isinstance(v, Decimal) else v) for k, v in row.items()}
-
-
-def line(result: PreviewResult) -> str:
-    """One line per tier: what moving the month's use to the successor does to the bills."""
-    r, cur = result.request, result.currency
-    parts = [
-        f"{t}: {s['accounts_paying_more']:,} of {s['accounts']:,} accounts pay more, "
-        f"median {cur} {s['median_delta']:+,.2f}, total {cur} {s['delta']:+,.2f}"
-        for t, s in result.tiers.items()
-    ]
-    return f"{r.model} -> {r.successor} in {r.month}: " + "; ".join(parts)
-
-
-def markdown(result: PreviewResult) -> str:
-    r, cur = result.request, result.currency
-    lines = [
-        f"# Migration preview: {r.model} -> {r.successor}, {r.month}",
-        "",
-        f"Every event of {r.model} that metering {r.month} reads becomes an event of {r.successor} at the "
-        "tier named (keep: its own tier); plans, pools, prices and the billing rule stay as they are. "
-        f"Amounts in {cur}; an affected account is one with an event of {r.model} on a local day of "
-        f"{r.month}.",
-        "",
-        f"| {r.successor} tier | affected accounts | paying more | current total | projected total | "
-        "total change | median change |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for t, s in result.tiers.items():
-        lines.append(
-            f"| {t} | {s['accounts']:,} | {s['accounts_paying_more']:,} | {cur} {s['current_total']:,.2f} | "
-            f"{cur} {s['projected_total']:,.2f} | {cur} {s['delta']:+,.2f} | "
-            f"{cur} {s['median_delta']:+,.2f} |"
-        )
-    return "\n".join(lines) + "\n"

@@ -22,7 +22,8 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from pipelines.adoption.preview import CSV_COLUMNS, preview
+from pipelines.adoption.preview import preview
+from pipelines.adoption.preview_files import CSV_COLUMNS
 from pipelines.cli import app
 from pipelines.invoicing import documents as invoicing
 from pipelines.jobs.run_day import ingest_and_aggregate

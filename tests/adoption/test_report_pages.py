@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipelines.adoption.charts import accounts_chart, decades, spread
 from pipelines.adoption.detect import CRITERIA, decide, rule_text
-from pipelines.adoption.html import accounts_chart, decades, spread
 from pipelines.adoption.terms import definitions
 from schemas.catalog import AdoptionConfig
 from tests.conftest import CATALOG_PATH
