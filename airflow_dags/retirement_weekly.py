@@ -3,8 +3,11 @@
 
 Runs when `usage_daily` publishes `usage_week_complete` (a Sunday's data is in), or by hand with
 `{"as_of": "YYYY-MM-DD"}`: refreshes the weekly adoption tables, runs the declining-adoption detector
-and writes the retirement report (HTML, JSON, Markdown) under `$USAGE_BILLING_REPORTS/<as_of>/`;
-candidates land in `retirement_candidates`. Rerunning a week replaces its rows and files.
+and writes the retirement report (HTML, JSON, Markdown) under `$USAGE_BILLING_REPORTS/<as_of>/`,
+with each candidate's migration preview of the last complete month (`preview-<model>/`) and its
+accounts to contact (`accounts-<model>.csv`); candidates land in `retirement_candidates`, the
+preview's summary in their details. The task returns the preview per candidate in words.
+Rerunning a week replaces its rows and files.
 """
 
 from __future__ import annotations

@@ -122,6 +122,8 @@ def run_demo(
     out: Console,
     err: Console,
 ) -> None:
+    from pipelines.adoption.candidate import contacts_file
+    from pipelines.adoption.html import preview_lines
     from pipelines.adoption.retirement import run as retirement_report
     from pipelines.effectiveness import report as effectiveness_report
     from pipelines.ingest.quality_pages import index_path
@@ -233,6 +235,12 @@ def run_demo(
     if report is not None:
         flagged = [m["model"] for m in report["models"] if m["flagged"]]
         out.print(f"retirement report as of {as_of}: candidates {', '.join(flagged) or 'none'}")
+        fast = next((m for m in report["models"] if m["flagged"] and m["model"] == FAST_MODEL), None)
+        if fast is not None:
+            p = fast["candidate"]["preview"]
+            out.print(f"migration preview of {FAST_MODEL} in {p['month']} (what its accounts would pay):")
+            for text in preview_lines(fast["candidate"]):
+                out.print(f"  {text}")
         outputs.append(("retirement report", report_dir / "report.html"))
     else:
         out.print(f"no retirement report: {no_report}")
@@ -248,6 +256,8 @@ def run_demo(
         ]
     if report is not None:
         outputs.append(("retirement report (JSON, Markdown)", report_dir / "report.json"))
+        for model in (m["model"] for m in report["models"] if m["flagged"]):
+            outputs.append((f"accounts to contact, {model}", report_dir / contacts_file(model)))
     if effect is not None:
         outputs.append(("effectiveness (JSON, Markdown)", effectiveness_dir / "effectiveness.json"))
     outputs += [

@@ -198,6 +198,7 @@ def adjust_months(months: list[str]) -> list[dict]:
 
 
 def retirement_report(as_of: str) -> dict:
+    from pipelines.adoption.html import preview_lines
     from pipelines.adoption.retirement import run
     from pipelines.warehouse.engine import make_engine
 
@@ -206,4 +207,10 @@ def retirement_report(as_of: str) -> dict:
     data = run(
         make_engine(s.database_url), s.catalog, dt.date.fromisoformat(as_of), Path(out) / as_of, s.lake
     )
-    return {"as_of": as_of, "candidates": [m["model"] for m in data["models"] if m["flagged"]]}
+    candidates = [m for m in data["models"] if m["flagged"]]
+    return {
+        "as_of": as_of,
+        "candidates": [m["model"] for m in candidates],
+        # a candidate's migration preview in words, one line per successor tier (or why there is none)
+        "previews": {m["model"]: preview_lines(m["candidate"]) for m in candidates},
+    }

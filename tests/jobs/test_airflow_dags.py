@@ -253,21 +253,23 @@ def test_weekly_dag_fails_clearly_without_enough_history_and_monthly_stops_on_a_
 
 def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog, tmp_path):
     """Fifteen weeks built once from the command line; the weekly DAG and `retirement report` each run
-    on a copy and must store the same adoption rows and candidates."""
+    on a copy and must store the same adoption rows and candidates, and the same migration previews of
+    the candidates (the week as of 2026-08-30 flags two models on this data; a week later the fast
+    model's decline is no longer significant)."""
     from schemas.warehouse import ModelMigration, ModelWeekly
 
     _, home = scenario
-    start, as_of = dt.date(2026, 5, 25), dt.date(2026, 9, 6)
+    start, end, as_of = dt.date(2026, 5, 25), dt.date(2026, 9, 6), dt.date(2026, 8, 30)
     base = tmp_path / "base"
     cfg = GeneratorConfig(
-        start=start, days=(as_of - start).days + 1, accounts=700, events_per_day=900, seed=5, fmt="parquet"
+        start=start, days=(end - start).days + 1, accounts=700, events_per_day=900, seed=5, fmt="parquet"
     )
     write_landing(generate(catalog, cfg), cfg, str(base / "landing"))
     settings = _warehouse(base, "w", catalog)
     settings["USAGE_BILLING_LANDING"] = str(base / "landing")
-    _cli(settings, "events", "ingest", "--from", start.isoformat(), "--to", as_of.isoformat())
-    _cli(settings, "usage", "aggregate", "--from", start.isoformat(), "--to", as_of.isoformat())
-    _cli(settings, "quota", "meter", "--from", start.isoformat(), "--to", as_of.isoformat())
+    _cli(settings, "events", "ingest", "--from", start.isoformat(), "--to", end.isoformat())
+    _cli(settings, "usage", "aggregate", "--from", start.isoformat(), "--to", end.isoformat())
+    _cli(settings, "quota", "meter", "--from", start.isoformat(), "--to", end.isoformat())
     copies = {}
     for name in ("dag", "cli"):
         shutil.copytree(base / "w", tmp_path / name)
@@ -283,7 +285,7 @@ def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog,
         )
         engine.dispose()
     run = _dag_test(
-        home, copies["dag"], "retirement_weekly", "2026-09-07T00:00:00+00:00", {"as_of": as_of.isoformat()}
+        home, copies["dag"], "retirement_weekly", "2026-08-31T00:00:00+00:00", {"as_of": as_of.isoformat()}
     )
     assert run["state"] == "success", run
     out = tmp_path / "cli" / "reports" / as_of.isoformat()
@@ -299,7 +301,14 @@ def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog,
             results.append(sorted(tuple(r) for r in conn.execute(text(picked))))
         engine.dispose()
     assert results[0] and results[0] == results[1]
-    assert (tmp_path / "dag" / "reports" / as_of.isoformat() / "report.html").exists()
+    dag_out = tmp_path / "dag" / "reports" / as_of.isoformat()
+    assert (dag_out / "report.html").exists()
+    # the DAG ran each candidate's migration preview and stored it with the report, as the CLI does
+    flagged = [r[0] for r in results[0] if r[2]]
+    assert "gpt-5.3-codex-spark" in flagged
+    for model in flagged:
+        for name in (f"preview-{model}/preview.csv", f"accounts-{model}.csv"):
+            assert (dag_out / name).read_text() == (out / name).read_text(), name
 
 
 def test_a_password_in_the_database_url_never_reaches_airflow_output_logs_or_metadata(
