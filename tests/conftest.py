@@ -56,10 +56,18 @@ def small_dates() -> list[dt.date]:
 
 @pytest.fixture
 def sqlite_settings(tmp_path, small_landing) -> Settings:  # type: ignore[no-untyped-def]
-    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
-    upgrade(make_engine(url))
+    settings = sqlite_at(tmp_path, small_landing, "warehouse.db")
+    upgrade(make_engine(settings.database_url))
+    return settings
+
+
+def sqlite_at(root: Path, landing: Path, database: str = "built.db") -> Settings:
+    """Settings of a SQLite warehouse ``root/database`` and a lake ``root/lake`` (not created here)."""
     return Settings(
-        config=str(CATALOG_PATH), database_url=url, lake=str(tmp_path / "lake"), landing=str(small_landing)
+        config=str(CATALOG_PATH),
+        database_url=f"sqlite:///{root / database}",
+        lake=str(root / "lake"),
+        landing=str(landing),
     )
 
 

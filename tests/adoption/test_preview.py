@@ -33,7 +33,7 @@ from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.binding import rebind
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Invoice
-from tests.conftest import CATALOG_PATH, cli_args, close_month, small_dates
+from tests.conftest import cli_args, close_month, small_dates, sqlite_at
 
 pytestmark = pytest.mark.slow
 MONTH = "2026-03"
@@ -43,12 +43,7 @@ FAST, SUCCESSOR = "gpt-5.3-codex-spark", "gpt-5.6-sol"
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory, small_landing, catalog) -> Settings:  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("preview-metered")
-    settings = Settings(
-        config=str(CATALOG_PATH),
-        database_url=f"sqlite:///{root / 'built.db'}",
-        lake=str(root / "lake"),
-        landing=str(small_landing),
-    )
+    settings = sqlite_at(root, small_landing)
     engine = make_engine(settings.database_url)
     upgrade(engine)
     load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)

@@ -33,7 +33,7 @@ from pipelines.warehouse.locks import LockBusy
 from schemas.catalog import parse_catalog
 from schemas.warehouse import Account, Invoice, InvoiceLine
 from tests.billing.test_quota import reference
-from tests.conftest import CATALOG_PATH, close_month, small_dates
+from tests.conftest import CATALOG_PATH, close_month, small_dates, sqlite_at
 
 MONTH = "2026-03"
 pytestmark = pytest.mark.slow
@@ -51,12 +51,7 @@ def _build(settings: Settings, catalog) -> None:  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def sqlite_built(tmp_path_factory, small_landing, catalog) -> Settings:  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("invoicing-sqlite")
-    settings = Settings(
-        config=str(CATALOG_PATH),
-        database_url=f"sqlite:///{root / 'built.db'}",
-        lake=str(root / "lake"),
-        landing=str(small_landing),
-    )
+    settings = sqlite_at(root, small_landing)
     _build(settings, catalog)
     return settings
 
