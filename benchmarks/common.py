@@ -114,3 +114,27 @@ def run_duckdb(sql: str) -> tuple[float, float, str]:
     """Run ``;``-separated DuckDB statements in a child process; (wall, peak RSS MB, last result)."""
     wall, rss, out = run_measured([sys.executable, "-c", DUCKDB_RUNNER, sql])
     return wall, rss, out.strip().splitlines()[-1]
+
+
+def write_event_lake(root: Path, table, accounts: list[dict]) -> None:  # type: ignore[no-untyped-def]
+    """``root/lake``: the events as one shard file per UTC date (the lake's ``_lake.json`` made as
+    ingest makes it), and ``root/accounts.csv`` for `accounts load`."""
+    import csv
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from pipelines import lake
+
+    day = pc.cast(table["event_time"], "date32")
+    for d in pc.unique(day).to_pylist():
+        folder = root / "lake" / "events" / f"date={d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(
+            table.filter(pc.equal(day, d)), folder / "shard-0000.parquet", row_group_size=256 * 1024
+        )
+    lake.shard_count(str(root / "lake"))
+    with open(root / "accounts.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(accounts[0]))
+        writer.writeheader()
+        writer.writerows(accounts)

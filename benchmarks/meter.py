@@ -14,7 +14,6 @@ Target (issue 5): at least 2M events/s at 10M events; peak memory bounded by the
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import re
 import shutil
@@ -23,9 +22,8 @@ import time
 from pathlib import Path
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from benchmarks.common import ROOT, cli, command_line, machine, run_measured, write_section
+from benchmarks.common import ROOT, cli, command_line, machine, run_measured, write_event_lake, write_section
 
 START = dt.date(2026, 3, 2)
 DAYS = 28
@@ -54,20 +52,7 @@ def _generate(root: Path, events: int) -> tuple[int, int]:
     )
     gen = generate(catalog, cfg)
     table = gen.events.drop_columns(["landing_date"]).slice(0, events)
-    day = pc.cast(table["event_time"], "date32")
-    for d in pc.unique(day).to_pylist():
-        folder = root / "lake" / "events" / f"date={d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(
-            table.filter(pc.equal(day, d)), folder / "shard-0000.parquet", row_group_size=256 * 1024
-        )
-    from pipelines import lake
-
-    lake.shard_count(str(root / "lake"))  # the lake's _lake.json (its id): a lake ingest would have made
-    with open(root / "accounts.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(gen.accounts[0]))
-        writer.writeheader()
-        writer.writerows(gen.accounts)
+    write_event_lake(root, table, gen.accounts)
     largest = table.group_by("account_id").aggregate([([], "count_all")])["count_all"]
     return table.num_rows, int(pc.max(largest).as_py())
 
