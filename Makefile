@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,airflow
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint constraints clean
+.PHONY: venv demo test lint constraints clean system-deps
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,17 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	touch $@
 
 venv: $(VENV)/.installed-$(EXTRAS)
+
+# Debian packages outside pip: Pango and a font for the customer PDFs (WeasyPrint); Chromium and
+# poppler-utils for the tests that look at pages. Needs root (apt-get); does nothing when all are there.
+SYSTEM_PACKAGES := libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core chromium poppler-utils
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing $$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q $$missing >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
+	fi
 
 demo: venv
 	$(BIN)/usage-billing demo

@@ -8,8 +8,9 @@ line and to the cent.
 Lines (README, "The billing rule"; docs/finance.md): ``plan_fee`` (monthly fee x active days / days
 in month, half-up to cents), ``included_usage`` (pool-covered tokens, amount 0), ``overage_usage``
 (per model, tier, token kind and unit price: quantity x price per 1M / 1M, half-up to cents),
-``adjustment`` (the difference of one of those, ``adjusted_type`` naming which). The total is the
-sum of the rounded lines.
+``adjustment`` (a line of one of those billed again or reversed, ``adjusted_type`` naming which).
+The subtotal and the total are the sum of the rounded lines. Every line has a unit (``units``):
+quantity x unit price / unit size = amount, half-up to cents.
 """
 
 from __future__ import annotations
@@ -200,9 +201,8 @@ def number_lines(lines: pa.Table) -> pa.Table:
     charge = pc.coalesce(lines["adjusted_type"], lines["line_type"])
     rank = pc.index_in(charge, value_set=pa.array(list(LINE_ORDER)))
     lines = lines.append_column("_rank", pc.fill_null(rank, len(LINE_ORDER)))
-    lines = lines.sort_by(
-        [(c, "ascending") for c in ("account_id", "_rank", "model", "speed_tier", "token_kind", "unit_price")]
-    ).drop_columns(["_rank"])
+    order = ("account_id", "_rank", "model", "speed_tier", "token_kind", "unit_price", "quantity")
+    lines = lines.sort_by([(c, "ascending") for c in order]).drop_columns(["_rank"])
     accounts = lines["account_id"].combine_chunks()
     n = lines.num_rows
     starts = np.ones(n, bool)
@@ -214,73 +214,149 @@ def number_lines(lines: pa.Table) -> pa.Table:
 
 
 def totals(lines: pa.Table) -> pa.Table:
-    """Per account: subtotal (usage and fee lines) and total (all lines), sums of rounded amounts."""
-    is_adjustment = pc.equal(lines["line_type"], "adjustment")
-    base = pc.if_else(is_adjustment, pa.scalar(Decimal(0), AMOUNT), lines["amount"])
-    t = pa.table({"account_id": lines["account_id"], "subtotal": base, "total": lines["amount"]})
-    g = t.group_by("account_id").aggregate([("subtotal", "sum"), ("total", "sum")])
-    return g.rename_columns([c.removesuffix("_sum") for c in g.column_names])
+    """Per account: subtotal (the sum of its rounded lines, whatever their type) and total (what the
+    document asks to pay: the subtotal, since no tax is computed)."""
+    g = lines.group_by("account_id").aggregate([("amount", "sum")])
+    return pa.table({"account_id": g["account_id"], "subtotal": g["amount_sum"], "total": g["amount_sum"]})
 
 
-def _keyed(lines: pa.Table) -> pa.Table:
-    """Lines summed by their charge key (empty strings for absent keys, so that joins match them)."""
-    t = pa.table(
+# Units: quantity x unit_price / unit_size = amount (half-up to cents) holds for every line.
+TOKEN_UNIT, TOKEN_UNIT_SIZE = "1M tokens", 1_000_000
+FEE_UNIT = "month"  # a plan fee's quantity is days, its unit size the days in the month
+
+
+def charge_types(lines: pa.Table) -> pa.Array:
+    """What each line charges for: its type, or for an adjustment line the type it corrects."""
+    return pc.coalesce(lines["adjusted_type"], lines["line_type"])
+
+
+def units(charge: pa.Array, month: str) -> tuple[pa.Array, pa.Array]:
+    """(unit, unit_size) of lines of ``month`` from their charge types."""
+    first, last = month_bounds(month)
+    is_fee = pc.equal(charge, "plan_fee")
+    unit = pc.if_else(is_fee, FEE_UNIT, TOKEN_UNIT)
+    size = pc.if_else(is_fee, pa.scalar((last - first).days + 1, pa.int64()), TOKEN_UNIT_SIZE)
+    return unit, size
+
+
+def _signed(lines: pa.Table, sign: int) -> pa.Table:
+    """Lines by charge key, each oriented positive (a reversal counts as minus one of its twin)."""
+    negative = pc.or_(
+        pc.less(lines["quantity"], 0),
+        pc.and_(pc.equal(lines["quantity"], 0), pc.less(lines["amount"], pa.scalar(Decimal(0), AMOUNT))),
+    )
+    flip = pc.if_else(negative, -1, 1)
+    description = pc.replace_substring_regex(lines["description"], r"^(correction|previously billed): ", "")
+    return pa.table(
         {
             "account_id": lines["account_id"],
-            "charge_type": pc.coalesce(lines["adjusted_type"], lines["line_type"]),
+            "charge_type": charge_types(lines),
             "model": pc.fill_null(lines["model"], ""),
             "speed_tier": pc.fill_null(lines["speed_tier"], ""),
             "token_kind": pc.fill_null(lines["token_kind"], ""),
-            "unit_price": lines["unit_price"],
-            "description": lines["description"],
-            "quantity": lines["quantity"],
-            "amount": lines["amount"],
+            "unit_price": pc.cast(lines["unit_price"], PRICE),
+            "quantity": pc.multiply(lines["quantity"], flip),
+            "amount": pc.if_else(negative, pc.negate(lines["amount"]), lines["amount"]),
+            "count": pc.multiply(flip, sign),
+            "description": description,
         }
     )
-    g = t.group_by(KEY).aggregate([("quantity", "sum"), ("amount", "sum"), ("description", "min")])
-    return g.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in g.column_names])
 
 
 def difference(truth: pa.Table, billed: pa.Table) -> pa.Table:
-    """Adjustment lines: truth - billed per (account, charge type, model, tier, kind, unit price).
+    """Adjustment lines that turn what was billed into the recomputed truth, whole lines at a time.
 
-    Differences of rounded amounts (never re-rounded), so billed + adjustment = truth exactly. Keys
-    present on one side only count as zero on the other; all-zero differences are dropped.
+    Lines are compared whole (charge type, model, tier, kind, unit price, quantity and amount). A
+    billed line that is still true is left out; one that is no longer true is reversed (negated,
+    "previously billed"); a new or changed line of the truth is billed as it is. Every adjustment
+    line is thus a line of one side, negated or not, so quantity x unit price / unit size = amount
+    holds on it as on the original (rounding half-up is symmetric), and billed + adjustments = truth
+    per charge, exactly. Reversals of earlier reversals cancel: only what is still billed is reversed.
     """
-    t = _keyed(truth).rename_columns([*KEY, "q_truth", "a_truth", "d_truth"])
-    b = _keyed(billed).rename_columns([*KEY, "q_billed", "a_billed", "d_billed"])
-    j = t.join(b, KEY, join_type="full outer")
-    zero_amount = pa.scalar(Decimal(0), AMOUNT)
-    quantity = pc.subtract(pc.fill_null(j["q_truth"], 0), pc.fill_null(j["q_billed"], 0))
-    amount = pc.subtract(
-        pc.cast(pc.fill_null(j["a_truth"], zero_amount), AMOUNT),
-        pc.cast(pc.fill_null(j["a_billed"], zero_amount), AMOUNT),
-    )
-    j = j.append_column("dq", quantity).append_column("da", pc.cast(amount, AMOUNT))
-    changed = pc.or_(pc.not_equal(j["dq"], 0), pc.not_equal(j["da"], zero_amount))
-    j = j.filter(changed)
-    n = j.num_rows
+    keys = [*KEY, "quantity", "amount"]
+    both = pa.concat_tables([_signed(truth, 1), _signed(billed, -1)])
+    g = both.group_by(keys).aggregate([("count", "sum"), ("description", "min")])
+    empty = pc.and_(pc.equal(g["quantity"], 0), pc.equal(g["amount"], pa.scalar(Decimal(0), AMOUNT)))
+    g = g.filter(
+        pc.and_(pc.not_equal(g["count_sum"], 0), pc.invert(empty))
+    )  # a line of nothing carries nothing
+    counts = g["count_sum"].to_numpy()
+    take = np.repeat(np.arange(len(counts)), np.abs(counts))
+    g = g.take(pa.array(take, pa.int64()))
+    sign = pa.array(np.sign(counts[take]).astype(np.int64)) if len(take) else pa.array([], pa.int64())
+    reversal = pc.less(sign, 0)
+    n = g.num_rows
 
     def absent_is_null(column: str) -> pa.Array:
-        values = j[column]
+        values = g[column]
         return pc.if_else(pc.equal(values, ""), pa.nulls(n, pa.string()), values)
 
     return number_lines(
         pa.table(
             {
-                "account_id": j["account_id"],
+                "account_id": g["account_id"],
                 "line_type": pa.array(["adjustment"] * n, pa.string()),
-                "adjusted_type": j["charge_type"],
+                "adjusted_type": g["charge_type"],
                 "model": absent_is_null("model"),
                 "speed_tier": absent_is_null("speed_tier"),
                 "token_kind": absent_is_null("token_kind"),
-                "description": pc.binary_join_element_wise(
-                    "correction: ", pc.coalesce(j["d_truth"], j["d_billed"]), ""
+                "description": pc.if_else(
+                    reversal,
+                    pc.binary_join_element_wise("previously billed: ", g["description_min"], ""),
+                    g["description_min"],
                 ),
-                "quantity": j["dq"],
-                "unit_price": pc.cast(j["unit_price"], PRICE),
-                "amount": j["da"],
+                "quantity": pc.multiply(g["quantity"], sign),
+                "unit_price": g["unit_price"],
+                "amount": pc.if_else(reversal, pc.negate(g["amount"]), g["amount"]),
             },
             schema=LINE_SCHEMA,
         )
     )
+
+
+PLAN_PERIOD_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("active_from", pa.date32()),
+        ("active_until", pa.date32()),
+        ("plan", pa.string()),
+        ("days", pa.int32()),
+        ("monthly_fee", PRICE),
+    ]
+)
+
+
+def plan_periods(plans: pa.Table, accounts: list[str], catalog: Catalog, month: str) -> pa.Table:
+    """The month of each of ``accounts`` day by day as plan periods: its accounts rows clipped to the
+    month, and pay as you go (null plan) for the days no row covers (before an account starts, after
+    it ends, an unknown account). The periods of an account cover the month exactly once."""
+    first, last = month_bounds(month)
+    by_account: dict[str, list[tuple[dt.date, dt.date, str | None]]] = {}
+    for account, plan, start, until in zip(
+        *(plans[c].to_pylist() for c in ("account_id", "plan", "active_from", "active_until")), strict=True
+    ):
+        start, until = max(start, first), min(until or last, last)
+        if start <= until:
+            by_account.setdefault(account, []).append((start, until, plan))
+    fees = {p.id: p.monthly_fee for p in catalog.plans}
+    out: dict[str, list] = {name: [] for name in PLAN_PERIOD_SCHEMA.names}
+
+    def add(account: str, start: dt.date, until: dt.date, plan: str | None) -> None:
+        for name, value in zip(
+            PLAN_PERIOD_SCHEMA.names,
+            (account, start, until, plan, (until - start).days + 1, fees.get(plan) if plan else None),
+            strict=True,
+        ):
+            out[name].append(value)
+
+    one_day = dt.timedelta(days=1)
+    for account in accounts:
+        day = first
+        for start, until, plan in sorted(by_account.get(account, [])):
+            if start > day:
+                add(account, day, start - one_day, None)
+            add(account, start, until, plan)
+            day = until + one_day
+        if day <= last:
+            add(account, day, last, None)
+    return pa.table(out, schema=PLAN_PERIOD_SCHEMA)

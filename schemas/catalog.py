@@ -158,6 +158,29 @@ class InvoicingConfig(_Strict):
     )
 
 
+class Seller(_Strict):
+    """Who issues the customer documents (``[seller]``): printed on every invoice and adjustment."""
+
+    name: str = Field(min_length=1, max_length=200)
+    address: str = Field("", max_length=1000, description="postal address; new lines are kept")
+    tax_id: str = Field("", max_length=64, description="VAT or tax number, printed as given")
+
+    @field_validator("name", "address", "tax_id")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        value = value.strip()
+        if any(ord(c) < 32 and c not in "\n\t" for c in value):
+            raise ValueError("holds a control character")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value:
+            raise ValueError("is empty")
+        return value
+
+
 class EffectivenessConfig(_Strict):
     """How effectiveness costs a person's rework (``[effectiveness]``)."""
 
@@ -188,6 +211,10 @@ class Catalog(_Strict):
     adoption: AdoptionConfig = Field(default_factory=AdoptionConfig)
     invoicing: InvoicingConfig = Field(default_factory=InvoicingConfig)
     effectiveness: EffectivenessConfig = Field(default_factory=EffectivenessConfig)
+    seller: Seller = Field(default_factory=lambda: Seller(name="usage-billing"))
+    payment_terms_days: int = Field(
+        30, ge=0, le=365, strict=True, description="days from a document's issue date to its due date"
+    )
 
     @model_validator(mode="after")
     def _references(self) -> Catalog:

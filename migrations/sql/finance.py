@@ -44,6 +44,73 @@ def _money(expression: str, dialect: str) -> str:
     return expression if dialect == "postgresql" else f"round({expression}, 2)"
 
 
+def _cents(expression: str, dialect: str) -> str:
+    """Money shown with exactly two decimals (PostgreSQL); SQLite rounds its floating point to cents."""
+    return f"CAST({expression} AS NUMERIC(20, 2))" if dialect == "postgresql" else f"round({expression}, 2)"
+
+
+def _days_in_month(period: str, dialect: str) -> str:
+    """Days in the month ``period`` ('YYYY-MM'): the unit size of a plan-fee line."""
+    if dialect == "postgresql":
+        return (
+            f"CAST(extract(day FROM (to_date({period}, 'YYYY-MM') + interval '1 month' - interval '1 day'))"
+            " AS INTEGER)"
+        )
+    return f"CAST(strftime('%d', {period} || '-01', '+1 month', '-1 day') AS INTEGER)"
+
+
+def _document_views(dialect: str) -> dict[str, str]:
+    """Revision 0018 on: documents as customers receive them (issue and due dates, what an adjustment
+    corrects, units that make quantity x unit price / unit size = amount) and one row per plan
+    period instead of a joined string; money with two decimals."""
+    charge = "coalesce(l.adjusted_type, l.line_type)"
+
+    def amount_of(kind: str) -> str:
+        return _money(f"sum(CASE WHEN {charge} = '{kind}' THEN l.amount ELSE 0 END)", dialect)
+
+    return {
+        "finance_invoice_summary": f"""
+SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.sequence,
+       i.status, i.corrects, i.currency, {_cents("i.subtotal", dialect)} AS subtotal,
+       {_cents("i.total", dialect)} AS total,
+       {_cents("coalesce(l.plan_fee_amount, 0)", dialect)} AS plan_fee_amount,
+       {_cents("coalesce(l.overage_amount, 0)", dialect)} AS overage_amount,
+       coalesce(l.included_tokens, 0) AS included_tokens,
+       coalesce(l.overage_tokens, 0) AS overage_tokens,
+       coalesce(p.plan_periods, 0) AS plan_periods,
+       i.created_at, i.finalized_at AS issued_at, i.due_date, i.finalized_at, i.voided_at, i.void_reason,
+       i.open_month
+FROM invoices i
+LEFT JOIN (
+  SELECT l.invoice_id,
+         {amount_of("plan_fee")} AS plan_fee_amount,
+         {amount_of("overage_usage")} AS overage_amount,
+         sum(CASE WHEN {charge} = 'included_usage' THEN l.quantity ELSE 0 END) AS included_tokens,
+         sum(CASE WHEN {charge} = 'overage_usage' THEN l.quantity ELSE 0 END) AS overage_tokens
+  FROM invoice_lines l GROUP BY l.invoice_id
+) l ON l.invoice_id = i.invoice_id
+LEFT JOIN (
+  SELECT invoice_id, count(*) AS plan_periods FROM invoice_plans GROUP BY invoice_id
+) p ON p.invoice_id = i.invoice_id""",
+        "finance_invoice_lines": f"""
+SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.status,
+       i.corrects, i.finalized_at AS issued_at, i.due_date,
+       l.line_no, l.line_type, l.adjusted_type, {charge} AS charge_type, l.model, l.speed_tier,
+       l.token_kind, l.description, l.quantity,
+       CASE WHEN {charge} = 'plan_fee' THEN 'month' ELSE '1M tokens' END AS unit,
+       CASE WHEN {charge} = 'plan_fee' THEN {_days_in_month("i.period", dialect)} ELSE 1000000 END
+         AS unit_size,
+       l.unit_price, {_cents("l.amount", dialect)} AS amount, i.currency
+FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id""",
+        PLANS_VIEW: f"""
+SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.status,
+       coalesce(p.plan, 'pay_as_you_go') AS plan, p.active_from, p.active_until, p.days,
+       {_days_in_month("i.period", dialect)} AS days_in_month,
+       {_cents("coalesce(p.monthly_fee, 0)", dialect)} AS monthly_fee, i.currency
+FROM invoice_plans p JOIN invoices i ON i.invoice_id = p.invoice_id""",
+    }
+
+
 def _views(dialect: str, open_month: bool = False) -> dict[str, str]:
     """The views' SQL; ``open_month``: the invoices table has that column (revision 0011 on)."""
     marked = "i.open_month" if open_month else "false"
@@ -183,11 +250,13 @@ WHERE b.tokens <> coalesce(iv.tokens, 0)"""
 
 
 GAPS_VIEW = "finance_reconciliation_gaps"
+PLANS_VIEW = "finance_invoice_plans"
+LATER_VIEWS = (GAPS_VIEW, PLANS_VIEW)  # made by later revisions: dropped only where they exist
 
 
-def create(conn: Connection, gaps: bool = False) -> None:
-    """Create the views; ``gaps``: with ``finance_reconciliation_gaps`` (revision 0016 on: every later
-    migration that makes the views again passes it)."""
+def create(conn: Connection, gaps: bool = False, documents: bool = False) -> None:
+    """Create the views; ``gaps``: with ``finance_reconciliation_gaps`` (revision 0016 on);
+    ``documents``: the document views of revision 0018 (every later migration passes both)."""
     from sqlalchemy import inspect
 
     dialect = conn.dialect.name
@@ -195,6 +264,8 @@ def create(conn: Connection, gaps: bool = False) -> None:
     views = _views(dialect, "open_month" in columns)
     if gaps:
         views[GAPS_VIEW] = _gaps(dialect)
+    if documents:
+        views.update(_document_views(dialect))
     for name, body in views.items():
         conn.exec_driver_sql(f"CREATE VIEW {name} AS {body}")
     if dialect != "postgresql":
@@ -210,10 +281,11 @@ def create(conn: Connection, gaps: bool = False) -> None:
 def drop(conn: Connection) -> None:
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"REVOKE ALL ON {', '.join(VIEWS)} FROM {ROLE}")
-        conn.exec_driver_sql(
-            f"DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_views WHERE viewname = '{GAPS_VIEW}') "
-            f"THEN REVOKE ALL ON {GAPS_VIEW} FROM {ROLE}; END IF; END $$"
-        )
+        for view in LATER_VIEWS:
+            conn.exec_driver_sql(
+                f"DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_views WHERE viewname = '{view}') "
+                f"THEN REVOKE ALL ON {view} FROM {ROLE}; END IF; END $$"
+            )
         conn.exec_driver_sql(f"REVOKE USAGE ON SCHEMA public FROM {ROLE}")
-    for name in (GAPS_VIEW, *reversed(VIEWS)):
+    for name in (*reversed(LATER_VIEWS), *reversed(VIEWS)):
         conn.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")

@@ -39,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.types import TIMESTAMP
+from sqlalchemy.types import TIMESTAMP, Date
 
 from billing.invoices import (
     BILLABLE_SCHEMA,
@@ -48,6 +48,7 @@ from billing.invoices import (
     build_lines,
     difference,
     month_bounds,
+    plan_periods,
     totals,
 )
 from billing.pricing import MissingPriceError
@@ -63,6 +64,7 @@ from schemas.warehouse import (
     Invoice,
     InvoiceCounter,
     InvoiceLine,
+    InvoicePlan,
 )
 
 MAX_NUMBER = 999_999
@@ -133,11 +135,18 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         header = header.append_column(
             "open_month", pa.array([bool(still_open)] * header.num_rows, pa.bool_())
         )
+        zones = _zones(conn)
+        header = header.append_column(
+            "timezone", pa.array([zones.get(a, "UTC") for a in header["account_id"].to_pylist()], pa.string())
+        )
         lines = pa.concat_tables([fresh, adjustments])
         ids = header.select(["account_id", "invoice_id"])
         lines = lines.join(ids, "account_id").drop_columns(["account_id"])
+        periods = plan_periods(plans, header["account_id"].to_pylist(), catalog, month)
+        periods = periods.join(ids, "account_id").drop_columns(["account_id"])
         insert_arrow(conn, Invoice.__table__, header)
         insert_arrow(conn, InvoiceLine.__table__, lines)
+        insert_arrow(conn, InvoicePlan.__table__, periods)
     total = pc.sum(header["total"]).as_py() if header.num_rows else 0
     return DraftResult(
         month, invoices.num_rows, adjusting.num_rows, lines.num_rows, total, replaced, bool(still_open)
@@ -174,10 +183,17 @@ def _plans(conn: Connection, first: dt.date, last: dt.date) -> pa.Table:
     return read_arrow(conn, query, PLAN_SCHEMA)
 
 
+def _zones(conn: Connection) -> dict[str, str]:
+    """Each account's timezone (one per account: the accounts load checks it)."""
+    a = Account.__table__.c
+    return dict(conn.execute(select(a.account_id, func.min(a.timezone)).group_by(a.account_id)).all())
+
+
 def _delete_drafts(conn: Connection, month: str) -> int:
-    i, line = Invoice.__table__, InvoiceLine.__table__
+    i = Invoice.__table__
     drafts = select(i.c.invoice_id).where(i.c.period == month, i.c.status == "draft")
-    conn.execute(delete(line).where(line.c.invoice_id.in_(drafts)))
+    for part in (InvoiceLine.__table__, InvoicePlan.__table__):
+        conn.execute(delete(part).where(part.c.invoice_id.in_(drafts)))
     return conn.execute(delete(i).where(i.c.period == month, i.c.status == "draft")).rowcount
 
 
@@ -206,9 +222,11 @@ def _invoice_rows(
     accounts = sums["account_id"].to_pylist()
     next_seq: dict[str, int] = {}
     corrects: dict[str, str] = {}
-    for d in docs:
+    # An adjustment corrects the account's finalized invoice of the month; were that voided, the
+    # latest finalized adjustment (what is billed is then that document and those before it).
+    for d in sorted(docs, key=lambda d: (d.kind == "invoice", d.sequence)):
         next_seq[d.account_id] = max(next_seq.get(d.account_id, 1), d.sequence + 1)
-        if d.status == "finalized" and d.kind == "invoice":
+        if d.status == "finalized":
             corrects[d.account_id] = d.invoice_number
     named = plans.filter(pc.is_valid(plans["plan"]))
     by_account = named.group_by("account_id").aggregate([("plan", "distinct")])
@@ -289,22 +307,47 @@ def finalize(engine: Engine, catalog: Catalog, month: str) -> FinalizeResult:
             if conn.dialect.name == "postgresql"
             else "printf('%06d', :last + d.n)"
         )
+        # The customer as the accounts row in force on the month's last day names it; the seller and
+        # the due date as the catalog has them now: a document keeps them, whatever changes later.
+        customer = {
+            column: f"""(SELECT a.{field} FROM accounts a WHERE a.account_id = invoices.account_id
+                         AND a.active_from <= :month_end ORDER BY a.active_from DESC LIMIT 1)"""
+            for column, field in (
+                ("customer_name", "name"),
+                ("customer_email", "email"),
+                ("customer_address", "billing_address"),
+            )
+        }
         statement = text(
             f"""
             UPDATE invoices SET status = 'finalized', finalized_at = :now,
-                   invoice_number = :prefix || {pad}
+                   invoice_number = :prefix || {pad}, due_date = :due,
+                   seller_name = :seller_name, seller_address = :seller_address,
+                   seller_tax_id = :seller_tax_id,
+                   {", ".join(f"{column} = {query}" for column, query in customer.items())}
             FROM (SELECT invoice_id, row_number() OVER (ORDER BY account_id, sequence) AS n
                   FROM invoices WHERE period = :month AND status = 'draft') AS d
             WHERE invoices.invoice_id = d.invoice_id
             """
-        ).bindparams(bindparam("now", type_=TIMESTAMP(timezone=True)))
+        ).bindparams(
+            bindparam("now", type_=TIMESTAMP(timezone=True)),
+            bindparam("due", type_=Date()),
+            bindparam("month_end", type_=Date()),
+        )
+        now = dt.datetime.now(dt.UTC)
+        seller = catalog.seller
         done = conn.execute(
             statement,
             {
-                "now": dt.datetime.now(dt.UTC),
+                "now": now,
                 "prefix": f"INV-{month.replace('-', '')}-",
                 "last": last,
                 "month": month,
+                "due": now.date() + dt.timedelta(days=catalog.payment_terms_days),
+                "month_end": month_bounds(month)[1],
+                "seller_name": seller.name,
+                "seller_address": seller.address or None,
+                "seller_tax_id": seller.tax_id or None,
             },
         ).rowcount
         if done != count:

@@ -3,6 +3,9 @@
 Plan empty = pay as you go; timezone an IANA name (empty = UTC); dates inclusive, active_until empty
 = open. An account may have several rows (plan changes) whose date ranges must not overlap. A load
 replaces every row of the accounts it names, so reloading the same file changes nothing.
+
+Optional columns for the customer documents: ``name``, ``email`` and ``billing_address`` (quoted, it
+may span lines). A document prints the values of the row in force on the last day of its month.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -27,6 +31,9 @@ from schemas.warehouse import Account
 
 ACCOUNTS_LOCK = "accounts load"  # the step lock of a load (metering reads the accounts under it too)
 COLUMNS = ("account_id", "plan", "timezone", "active_from", "active_until")
+# Optional: who the customer documents are addressed to (column -> longest value allowed).
+CONTACT_COLUMNS = {"name": 200, "email": 254, "billing_address": 1000}
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,9 @@ class AccountRow:
     timezone: str
     active_from: dt.date
     active_until: dt.date | None
+    name: str | None = None
+    email: str | None = None
+    billing_address: str | None = None
 
 
 def _date(value: str, where: str, column: str) -> dt.date:
@@ -47,6 +57,24 @@ def _date(value: str, where: str, column: str) -> dt.date:
     if problem:
         raise UsageBillingError(f"{where}: {column} {day} {problem}")
     return day
+
+
+def _contact(value: str | None, where: str, column: str) -> str | None:
+    """An optional contact field: empty = none; bounded, printable; an email must look like one."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    limit = CONTACT_COLUMNS[column]
+    if len(value) > limit:
+        raise UsageBillingError(
+            f"{where}: {column} is {len(value):,} characters; at most {limit:,} are allowed"
+        )
+    allowed = "\n\r\t" if column == "billing_address" else ""
+    if any(ord(c) < 32 and c not in allowed for c in value) or "\x7f" in value:
+        raise UsageBillingError(f"{where}: {column} holds a control character")
+    if column == "email" and not EMAIL.fullmatch(value):
+        raise UsageBillingError(f"{where}: email {value!r} is not an email address (name@example.com)")
+    return value.replace("\r\n", "\n")
 
 
 def parse_accounts(path: Path, catalog: Catalog) -> list[AccountRow]:
@@ -111,7 +139,8 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
             until = _date(until_text, where, "active_until") if until_text else None
             if until is not None and until < start:
                 raise UsageBillingError(f"{where}: active_until {until} is before active_from {start}")
-            rows.append(AccountRow(account, plan, tz, start, until))
+            contact = {c: _contact(rec.get(c), where, c) for c in CONTACT_COLUMNS}
+            rows.append(AccountRow(account, plan, tz, start, until, **contact))
     _check_overlaps(rows, path)
     return rows
 

@@ -17,6 +17,7 @@ from schemas.warehouse.billing import (  # noqa: F401
     Invoice,
     InvoiceCounter,
     InvoiceLine,
+    InvoicePlan,
     MeteredDate,
     MeteredDay,
     MeterQueue,

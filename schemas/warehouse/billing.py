@@ -127,11 +127,13 @@ class Invoice(Base):
         String(20), comment="adjustments: the number of the invoice they correct"
     )
     plan: Mapped[str | None] = mapped_column(
-        String(200), comment="plans in force in the month, comma separated"
+        String(200), comment="plans in force in the month, comma separated (invoice_plans has one row each)"
     )
     currency: Mapped[str] = mapped_column(String(3))
-    subtotal: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="sum of the usage and fee lines")
-    total: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="sum of all lines")
+    subtotal: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="sum of the document's lines")
+    total: Mapped[Decimal] = mapped_column(
+        Numeric(20, 2), comment="what the document asks to pay: the subtotal (no tax is computed)"
+    )
     created_at: Mapped[dt.datetime]
     finalized_at: Mapped[dt.datetime | None]
     voided_at: Mapped[dt.datetime | None]
@@ -140,6 +142,20 @@ class Invoice(Base):
         server_default=false(),
         comment="a draft of a month not closed yet (asked for with --open-month): never numbered",
     )
+    timezone: Mapped[str | None] = mapped_column(
+        String(64), comment="the account's zone: the period's first and last day are its local days"
+    )
+    due_date: Mapped[dt.date | None] = mapped_column(
+        comment="issue date (finalized_at, UTC) + the catalog's payment_terms_days; set when finalized"
+    )
+    customer_name: Mapped[str | None] = mapped_column(String(200), comment="as finalized (accounts.name)")
+    customer_email: Mapped[str | None] = mapped_column(String(254), comment="as finalized")
+    customer_address: Mapped[str | None] = mapped_column(String(1000), comment="as finalized")
+    seller_name: Mapped[str | None] = mapped_column(
+        String(200), comment="the catalog's [seller] when finalized"
+    )
+    seller_address: Mapped[str | None] = mapped_column(String(1000))
+    seller_tax_id: Mapped[str | None] = mapped_column(String(64))
 
 
 class InvoiceLine(Base):
@@ -166,6 +182,22 @@ class InvoiceLine(Base):
         Numeric(20, 6), comment="per 1M tokens; the monthly fee for plan_fee"
     )
     amount: Mapped[Decimal] = mapped_column(Numeric(20, 2))
+
+
+class InvoicePlan(Base):
+    """One plan period of a document's month, as drafted: the accounts row clipped to the month. A
+    pay-as-you-go period has no plan (finance views show ``pay_as_you_go``). Frozen with the document."""
+
+    __tablename__ = "invoice_plans"
+
+    invoice_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("invoices.invoice_id", ondelete="RESTRICT"), primary_key=True
+    )
+    active_from: Mapped[dt.date] = mapped_column(primary_key=True, comment="first local day in the month")
+    active_until: Mapped[dt.date] = mapped_column(comment="last local day in the month")
+    plan: Mapped[str | None] = mapped_column(String(64), comment="null = pay as you go")
+    days: Mapped[int] = mapped_column(Integer, comment="active days in the month")
+    monthly_fee: Mapped[Decimal | None] = mapped_column(Numeric(20, 6), comment="the plan's fee per month")
 
 
 class InvoiceCounter(Base):

@@ -24,6 +24,9 @@ class Account(Base):
     active_until: Mapped[dt.date | None]
     plan: Mapped[str | None] = mapped_column(String(64), comment="null = pay as you go")
     timezone: Mapped[str] = mapped_column(String(64), comment="IANA zone name")
+    name: Mapped[str | None] = mapped_column(String(200), comment="customer name on documents")
+    email: Mapped[str | None] = mapped_column(String(254), comment="where documents are sent")
+    billing_address: Mapped[str | None] = mapped_column(String(1000), comment="postal address, lines")
 
 
 class IngestRun(Base):

@@ -86,7 +86,7 @@ def db(request, tmp_path) -> Settings:  # type: ignore[no-untyped-def]
     built = request.getfixturevalue("postgres_built")
     engine = make_engine(built.database_url)
     with engine.begin() as conn:  # TRUNCATE is the test's reset; row triggers guard UPDATE and DELETE
-        conn.execute(text("TRUNCATE invoice_lines, invoices, invoice_counters"))
+        conn.execute(text("TRUNCATE invoice_lines, invoice_plans, invoices, invoice_counters"))
         conn.execute(text("TRUNCATE lake_bindings"))  # a test may have bound its own copy of the lake
     engine.dispose()
     return built
@@ -298,7 +298,7 @@ def test_void_keeps_the_invoice_and_the_next_draft_bills_the_account_afresh(db, 
 def test_two_finalizers_at_once_number_every_draft_exactly_once(postgres_built, catalog):
     engine = make_engine(postgres_built.database_url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE invoice_lines, invoices, invoice_counters"))
+        conn.execute(text("TRUNCATE invoice_lines, invoice_plans, invoices, invoice_counters"))
         conn.execute(text("TRUNCATE lake_bindings"))  # a test may have bound its own copy of the lake
     drafted = invoicing.draft(engine, catalog, MONTH)
     barrier = threading.Barrier(2)
