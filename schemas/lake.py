@@ -57,7 +57,16 @@ BALANCE_SCHEMA = pa.schema(
     ]
 )
 
-# exports/<month>/invoices.parquet and invoice_lines.parquet (``invoices export``).
+# exports/<month>/invoices.parquet and invoice_lines.parquet (``invoices export``), and the same columns
+# in the CSV files. A document is an ``invoice`` or an ``adjustment``; ``corrects`` names the document an
+# adjustment corrects; ``issued_at`` is when it was finalized (numbered), ``due_date`` that date (UTC)
+# plus the catalog's payment terms. ``unit``/``unit_size``: quantity x unit_price / unit_size = amount.
+DOCUMENT_COLUMNS = [
+    ("document_type", pa.string()),
+    ("corrects", pa.string()),
+    ("issued_at", pa.timestamp("us", tz="UTC")),
+    ("due_date", pa.date32()),
+]
 EXPORT_INVOICE_SCHEMA = pa.schema(
     [
         ("invoice_number", pa.string()),
@@ -67,11 +76,7 @@ EXPORT_INVOICE_SCHEMA = pa.schema(
         ("currency", pa.string()),
         ("subtotal", AMOUNT),
         ("total", AMOUNT),
-        ("kind", pa.string()),
-        ("corrects", pa.string()),
-        ("plan", pa.string()),
-        ("finalized_at", pa.timestamp("us", tz="UTC")),
-        ("void_reason", pa.string()),
+        *DOCUMENT_COLUMNS,
     ]
 )
 EXPORT_LINE_SCHEMA = pa.schema(
@@ -87,8 +92,11 @@ EXPORT_LINE_SCHEMA = pa.schema(
         ("unit_price", PRICE),
         ("amount", AMOUNT),
         ("currency", pa.string()),
+        ("unit", pa.string()),  # "1M tokens" | "month" (a plan fee: quantity in days)
+        ("unit_size", pa.int64()),  # 1,000,000 | the days in the month
+        *DOCUMENT_COLUMNS,
         ("line_no", pa.int32()),
-        ("adjusted_type", pa.string()),
+        ("adjusted_type", pa.string()),  # an adjustment line: the line type it bills again or reverses
         ("description", pa.string()),
     ]
 )

@@ -70,15 +70,22 @@ def invoices_export(
     ctx: typer.Context,
     month: MonthOpt,
     out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
-    fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="one or more of csv, parquet, html, pdf, comma separated"),
+    ] = "csv,html",
+    account: Annotated[
+        str | None, typer.Option("--account", help="only this account's documents (as support would)")
+    ] = None,
 ) -> None:
-    """Write invoices and lines (CSV or Parquet) and one printable HTML page per account."""
+    """Write the month's numbered documents: CSV or Parquet for finance, HTML and PDF for customers."""
     from pipelines.invoicing.export import export
 
-    n = export(warehouse_of(ctx), month, out_dir, fmt)
-    out.print(
-        f"{month}: {n['invoices']:,} documents, {n['lines']:,} lines, {n['html']:,} HTML pages in {out_dir}"
-    )
+    with step(f"exporting the documents of {month}"):
+        n = export(warehouse_of(ctx), month, out_dir, fmt, account=account)
+    written = [f"{n['invoices']:,} documents, {n['lines']:,} lines"]
+    written += [f"{n[kind]:,} {kind.upper()} documents" for kind in ("html", "pdf") if n[kind]]
+    out.print(f"{month}: {', '.join(written)} in {out_dir}")
     if not n["invoices"]:
         err.print(
             f"warning: {month} has no numbered documents, so the files hold headers only: exports cover "

@@ -1,21 +1,19 @@
-"""Exports of a month's numbered documents: CSV (or Parquet) for finance, printable HTML per account.
+"""Exports of a month's numbered documents: CSV or Parquet for finance, HTML and PDF for customers.
 
-    usage-billing invoices export --month 2026-03 --out exports/2026-03 [--format parquet]
+    usage-billing invoices export --month 2026-03 --out exports/2026-03 [--format csv,html] [--account A]
 
-Writes ``invoices.csv`` and ``invoice_lines.csv`` with the export contract's columns (``INVOICE_COLUMNS``,
-``LINE_COLUMNS``; the Parquet files' schemas are ``EXPORT_*`` in schemas/lake.py) for finalized and void
-documents (the ones with a number; drafts are not documents yet), and ``html/<account>.html``:
-the account's documents for the month, lines grouped by model and tier, its pool usage, totals.
+``--format`` takes one or more of ``csv``, ``parquet``, ``html`` and ``pdf`` (default ``csv,html``);
+``--account`` exports one account's documents only, as support would. Writes ``invoices.csv`` and
+``invoice_lines.csv`` (or ``.parquet``: schemas ``EXPORT_*`` in schemas/lake.py) for finalized and
+void documents (the ones with a number; drafts are not documents yet), ``html/<number>.html`` and
+``pdf/<number>.pdf``: each document as its customer receives it (``pipelines.invoicing.customer``),
+and ``html/index.html``, the documents of the export with links to both.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import html
-import re
 from collections import defaultdict
-from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,214 +21,217 @@ import pyarrow.csv as csv
 import pyarrow.parquet as pq
 from sqlalchemy import Engine, select
 
-from billing.invoices import month_bounds
+from billing.invoices import PLAN_PERIOD_SCHEMA, charge_types, units
 from pipelines.errors import UsageBillingError
+from pipelines.invoicing import customer
 from pipelines.invoicing.months import check_month
 from pipelines.warehouse.engine import read_arrow
-from schemas.lake import EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
-from schemas.warehouse import Invoice, InvoiceLine, PoolUsage
+from schemas.lake import AMOUNT, EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA, PRICE
+from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan
 
-INVOICE_COLUMNS = ("invoice_number", "account_id", "period", "status", "currency", "subtotal", "total")
-LINE_COLUMNS = (
-    "invoice_number",
-    "account_id",
-    "period",
-    "line_type",
-    "model",
-    "speed_tier",
-    "token_kind",
-    "quantity",
-    "unit_price",
-    "amount",
-    "currency",
+FORMATS = ("csv", "parquet", "html", "pdf")
+INVOICE_COLUMNS = tuple(EXPORT_INVOICE_SCHEMA.names)
+LINE_COLUMNS = tuple(EXPORT_LINE_SCHEMA.names)
+# What the customer documents read of a document besides the export's columns.
+DOCUMENT_SCHEMA = pa.schema(
+    [
+        ("invoice_number", pa.string()),
+        ("account_id", pa.string()),
+        ("period", pa.string()),
+        ("status", pa.string()),
+        ("currency", pa.string()),
+        ("subtotal", AMOUNT),
+        ("total", AMOUNT),
+        ("document_type", pa.string()),
+        ("corrects", pa.string()),
+        ("issued_at", pa.timestamp("us", tz="UTC")),
+        ("due_date", pa.date32()),
+        ("timezone", pa.string()),
+        ("customer_name", pa.string()),
+        ("customer_email", pa.string()),
+        ("customer_address", pa.string()),
+        ("seller_name", pa.string()),
+        ("seller_address", pa.string()),
+        ("seller_tax_id", pa.string()),
+        ("void_reason", pa.string()),
+    ]
 )
+LINE_READ_SCHEMA = pa.schema(
+    [
+        ("invoice_number", pa.string()),
+        ("line_no", pa.int32()),
+        ("line_type", pa.string()),
+        ("adjusted_type", pa.string()),
+        ("model", pa.string()),
+        ("speed_tier", pa.string()),
+        ("token_kind", pa.string()),
+        ("description", pa.string()),
+        ("quantity", pa.int64()),
+        ("unit_price", PRICE),
+        ("amount", AMOUNT),
+    ]
+)
+PLAN_READ_SCHEMA = pa.schema([("invoice_number", pa.string()), *list(PLAN_PERIOD_SCHEMA)[1:]])
+
+
+def parse_formats(formats: str | list[str] | tuple[str, ...]) -> list[str]:
+    """'csv,html' -> ['csv', 'html']; an unknown format is a one-line error."""
+    items = formats.split(",") if isinstance(formats, str) else list(formats)
+    chosen = [f.strip().lower() for f in items if f.strip()]
+    unknown = [f for f in chosen if f not in FORMATS]
+    if unknown or not chosen:
+        raise UsageBillingError(
+            f"--format takes one or more of {', '.join(FORMATS)} (comma separated), got {formats!r}"
+        )
+    return sorted(set(chosen), key=FORMATS.index)
 
 
 def export(
-    engine: Engine, month: str, out: str | Path, fmt: str = "csv", html: bool = True
+    engine: Engine,
+    month: str,
+    out: str | Path,
+    formats: str | list[str] | tuple[str, ...] = "csv,html",
+    account: str | None = None,
 ) -> dict[str, int]:
+    """Write the month's numbered documents (of ``account`` only, when given) in ``formats``;
+    returns how many documents, lines, HTML pages and PDFs were written."""
     month = check_month(month)
-    if fmt not in ("csv", "parquet"):
-        raise UsageBillingError(f"--format must be csv or parquet, got {fmt!r}")
+    chosen = parse_formats(formats)
     out = Path(out)
+    docs, lines, plans = _read(engine, month, account)
+    if account is not None and docs.num_rows == 0:
+        raise UsageBillingError(f"account {account!r} has no numbered document for {month}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageBillingError(f"cannot write to {out}: {exc.strerror}") from None
-    invoices, lines, pools = _read(engine, month)
-    invoices = invoices.sort_by([("invoice_number", "ascending")])
-    lines = lines.sort_by([("invoice_number", "ascending"), ("line_no", "ascending")])
+    counts = {"invoices": docs.num_rows, "lines": lines.num_rows, "html": 0, "pdf": 0}
     try:
-        for name, table, columns in (
-            ("invoices", invoices, INVOICE_COLUMNS),
-            ("invoice_lines", lines, LINE_COLUMNS),
-        ):
-            table = table.select(list(columns))
-            if fmt == "csv":
-                csv.write_csv(table, out / f"{name}.csv")
-            else:
-                pq.write_table(table, out / f"{name}.parquet")
-        pages = write_html(out / "html", month, invoices, lines, pools) if html else 0
+        for fmt in ("csv", "parquet"):
+            if fmt in chosen:
+                for name, table in (("invoices", docs), ("invoice_lines", export_lines(lines, docs, month))):
+                    table = table.select(list(INVOICE_COLUMNS if name == "invoices" else LINE_COLUMNS))
+                    if fmt == "csv":
+                        csv.write_csv(table, out / f"{name}.csv")
+                    else:
+                        pq.write_table(table, out / f"{name}.parquet")
+        if "html" in chosen or "pdf" in chosen:
+            pages = document_pages(docs, lines, plans, month)
+            if "html" in chosen:
+                counts["html"] = write_html(out / "html", pages, docs)
+            if "pdf" in chosen:
+                from pipelines.invoicing.pdf import write_pdfs
+
+                (out / "pdf").mkdir(exist_ok=True)
+                counts["pdf"] = write_pdfs((page, out / "pdf" / f"{number}.pdf") for number, page in pages)
     except OSError as exc:
         raise UsageBillingError(f"cannot write to {out}: {exc.strerror or exc}") from None
-    return {"invoices": invoices.num_rows, "lines": lines.num_rows, "html": pages}
+    return counts
 
 
-def _read(engine: Engine, month: str) -> tuple[pa.Table, pa.Table, list]:  # type: ignore[type-arg]
-    i, line, p = Invoice.__table__.c, InvoiceLine.__table__.c, PoolUsage.__table__.c
+def _read(engine: Engine, month: str, account: str | None) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The month's numbered documents, their lines and plan periods, in number and line order."""
+    i, line, p = Invoice.__table__.c, InvoiceLine.__table__.c, InvoicePlan.__table__.c
     numbered = (i.period == month) & i.invoice_number.is_not(None)
-    first, last = month_bounds(month)
+    if account is not None:
+        numbered = numbered & (i.account_id == account)
+    renamed = {"document_type": i.kind, "issued_at": i.finalized_at}
     with engine.connect() as conn:
-        invoices = read_arrow(
-            conn, select(*(i[c] for c in EXPORT_INVOICE_SCHEMA.names)).where(numbered), EXPORT_INVOICE_SCHEMA
+        docs = read_arrow(
+            conn,
+            select(*(renamed.get(c, i.get(c)) for c in DOCUMENT_SCHEMA.names)).where(numbered),
+            DOCUMENT_SCHEMA,
         )
-        cols = [
-            i[c] if c in ("invoice_number", "account_id", "period", "currency") else line[c]
-            for c in EXPORT_LINE_SCHEMA.names
-        ]
-        query = (
-            select(*cols)
-            .select_from(InvoiceLine.__table__.join(Invoice.__table__, line.invoice_id == i.invoice_id))
-            .where(numbered)
+        joined = InvoiceLine.__table__.join(Invoice.__table__, line.invoice_id == i.invoice_id)
+        lines = read_arrow(
+            conn,
+            select(*(i.invoice_number if c == "invoice_number" else line[c] for c in LINE_READ_SCHEMA.names))
+            .select_from(joined)
+            .where(numbered),
+            LINE_READ_SCHEMA,
         )
-        lines = read_arrow(conn, query, EXPORT_LINE_SCHEMA)
-        pools = conn.execute(
-            select(
-                p.account_id,
-                p.plan,
-                p.pool,
-                p.period_start,
-                p.period_end,
-                p.allowance,
-                p.used,
-                p.remaining,
-                p.exhausted_at,
-            )
-            .where(p.period_end >= first, p.period_start <= last)
-            .order_by(p.account_id, p.pool, p.period_start)
-        ).all()
-    return invoices, lines, pools
+        planned = InvoicePlan.__table__.join(Invoice.__table__, p.invoice_id == i.invoice_id)
+        plans = read_arrow(
+            conn,
+            select(*(i.invoice_number if c == "invoice_number" else p[c] for c in PLAN_READ_SCHEMA.names))
+            .select_from(planned)
+            .where(numbered),
+            PLAN_READ_SCHEMA,
+        )
+    return (
+        docs.sort_by("invoice_number"),
+        lines.sort_by([("invoice_number", "ascending"), ("line_no", "ascending")]),
+        plans.sort_by([("invoice_number", "ascending"), ("active_from", "ascending")]),
+    )
 
 
-def file_name(account_id: str) -> str:
-    """A safe file name for any account id (ids come from input files)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", account_id)[:80].lstrip(".") or "account"
-    if safe != account_id:
-        safe += "-" + hashlib.sha1(account_id.encode()).hexdigest()[:8]
-    return f"{safe}.html"
+def export_lines(lines: pa.Table, docs: pa.Table, month: str) -> pa.Table:
+    """The lines with their document's columns and their unit (quantity x unit_price / unit_size =
+    amount), in the export's column order."""
+    keep = [
+        "invoice_number",
+        "account_id",
+        "period",
+        "currency",
+        "document_type",
+        "corrects",
+        "issued_at",
+        "due_date",
+    ]
+    joined = lines.join(docs.select(keep), "invoice_number").sort_by(
+        [("invoice_number", "ascending"), ("line_no", "ascending")]
+    )
+    unit, size = units(charge_types(joined), month)
+    joined = joined.append_column("unit", unit).append_column("unit_size", size)
+    return joined.select(list(LINE_COLUMNS)).cast(EXPORT_LINE_SCHEMA)
 
 
-def write_html(folder: Path, month: str, invoices: pa.Table, lines: pa.Table, pools: list) -> int:  # type: ignore[type-arg]
+def document_pages(docs: pa.Table, lines: pa.Table, plans: pa.Table, month: str) -> list[tuple[str, str]]:
+    """(number, HTML page) of each document."""
+    with_units = lines.append_column("unit_size", units(charge_types(lines), month)[1])
+    lines_of: dict[str, list[dict]] = defaultdict(list)
+    for row in with_units.to_pylist():
+        lines_of[row["invoice_number"]].append(row)
+    plans_of: dict[str, list[dict]] = defaultdict(list)
+    for row in plans.to_pylist():
+        plans_of[row["invoice_number"]].append(row)
+    rows = docs.to_pylist()
+    issued = {d["invoice_number"]: d["issued_at"] for d in rows}
+    pages = []
+    for doc in rows:
+        corrected = None
+        if doc["corrects"]:
+            when = issued.get(doc["corrects"])
+            corrected = {"invoice_number": doc["corrects"], "issued": when.date() if when else None}
+        number = doc["invoice_number"]
+        pages.append((number, customer.render(doc, lines_of[number], plans_of[number], corrected)))
+    return pages
+
+
+def write_html(folder: Path, pages: list[tuple[str, str]], docs: pa.Table) -> int:
+    """``folder/<number>.html`` per document and ``folder/index.html`` listing them."""
     folder.mkdir(parents=True, exist_ok=True)
-    docs_by_account: dict[str, list[dict]] = defaultdict(list)
-    for doc in invoices.to_pylist():
-        docs_by_account[doc["account_id"]].append(doc)
-    lines_by_doc: dict[str, list[dict]] = defaultdict(list)
-    for row in lines.to_pylist():
-        lines_by_doc[row["invoice_number"]].append(row)
-    pools_by_account: dict[str, list] = defaultdict(list)  # type: ignore[type-arg]
-    for row in pools:
-        pools_by_account[row.account_id].append(row)
-    for account, docs in docs_by_account.items():
-        page = render_account(account, month, docs, lines_by_doc, pools_by_account.get(account, []))
-        (folder / file_name(account)).write_text(page, encoding="utf-8")
-    return len(docs_by_account)
-
-
-def _fmt_money(value: Decimal, currency: str) -> str:
-    return f"{value:,.2f} {currency}"
-
-
-def _group_label(line: dict) -> str:
-    if line["model"] is None:
-        return "Plan"
-    return f"{line['model']} · {line['speed_tier']}"
-
-
-def _tr(*cells: object, head: bool = False, first_span: int = 1) -> str:
-    """One table row; numbers (and money strings) are right-aligned, text is escaped."""
-    tag = "th" if head else "td"
-    out = []
-    for i, cell in enumerate(cells):
-        numeric = isinstance(cell, (int, Decimal)) or (isinstance(cell, str) and cell[:1].isdigit())
-        text = f"{cell:,}" if isinstance(cell, int) else html.escape(str(cell))
-        span = f" colspan='{first_span}'" if i == 0 and first_span > 1 else ""
-        out.append(f"<{tag}{span}{' class=n' if numeric and i else ''}>{text}</{tag}>")
-    return "<tr>" + "".join(out) + "</tr>"
-
-
-def _document(doc: dict, lines: list[dict], currency: str) -> list[str]:
+    for number, page in pages:
+        (folder / f"{number}.html").write_text(page, encoding="utf-8")
     e = html.escape
-    title = "Invoice" if doc["kind"] == "invoice" else f"Adjustment to {doc['corrects'] or 'invoice'}"
-    void = f" · Void: {e(doc['void_reason'])}" if doc["void_reason"] else ""
-    plan = doc["plan"] or "pay as you go"
-    parts = [
-        f"<section class='doc {e(doc['status'])}'><h2>{e(title)} {e(doc['invoice_number'])}</h2>",
-        f"<p class='meta'>Status: <b>{e(doc['status'])}</b> · Plan: {e(plan)}{void}</p>",
-        "<table><thead>",
-        _tr("Line", "Kind", "Quantity", "Unit price (per 1M)", "Amount", head=True),
-        "</thead>",
-    ]
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for line in lines:
-        groups[_group_label(line)].append(line)
-    for label, rows in groups.items():
-        subtotal = sum((r["amount"] for r in rows), Decimal(0))
-        parts.append(
-            "<tbody class='group'>" + _tr(label, _fmt_money(subtotal, currency), head=True, first_span=4)
+    rows = []
+    for d in docs.to_pylist():
+        n = e(d["invoice_number"])
+        rows.append(
+            f"<tr><td><a href='{n}.html'>{n}</a></td><td>{e(d['document_type'])}</td>"
+            f"<td>{e(d['status'])}</td><td>{e(d['account_id'])}</td><td>{e(d['customer_name'] or '')}</td>"
+            f"<td class=n>{e(customer.money(d['total'], d['currency']))}</td>"
+            f"<td><a href='../pdf/{n}.pdf'>PDF</a></td></tr>"
         )
-        for r in rows:
-            kind = f"adjustment of {r['adjusted_type']}" if r["adjusted_type"] else r["line_type"]
-            price = f"{r['unit_price']:,.6f}"
-            parts.append(_tr(r["description"], kind, r["quantity"], price, _fmt_money(r["amount"], currency)))
-        parts.append("</tbody>")
-    total = _tr("Total", _fmt_money(doc["total"], currency), head=True, first_span=4)
-    parts.append(f"<tfoot>{total}</tfoot></table></section>")
-    return parts
-
-
-def _pools(pools: list) -> list[str]:  # type: ignore[type-arg]
-    parts = ["<h2>Quota pools</h2><table><thead>"]
-    parts.append(_tr("Pool", "Period", "Allowance", "Used", "Remaining", "Exhausted at (UTC)", head=True))
-    parts.append("</thead><tbody>")
-    for p in pools:
-        exhausted = (
-            p.exhausted_at.strftime("%Y-%m-%d %H:%M") if isinstance(p.exhausted_at, dt.datetime) else ""
-        )
-        period = f"{p.period_start} to {p.period_end}"
-        parts.append(_tr(f"{p.plan} / {p.pool}", period, p.allowance, p.used, p.remaining, exhausted))
-    parts.append("</tbody></table>")
-    return parts
-
-
-def render_account(account: str, month: str, docs: list[dict], lines_by_doc: dict, pools: list) -> str:  # type: ignore[type-arg]
-    """One printable page: the account's documents for the month, its pools, the amount due."""
-    e = html.escape
-    currency = docs[0]["currency"]
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>Invoice {e(month)} · {e(account)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>Usage invoice · {e(month)}</h1><p class='meta'>Account <b>{e(account)}</b></p>",
-    ]
-    net = Decimal(0)
-    for doc in sorted(docs, key=lambda d: d["invoice_number"]):
-        parts += _document(doc, lines_by_doc.get(doc["invoice_number"], []), currency)
-        if doc["status"] != "void":
-            net += doc["total"]
-    if pools:
-        parts += _pools(pools)
-    due = _fmt_money(net, currency)
-    parts.append(f"<p class='total'>Amount due for {e(month)}: <b>{due}</b></p></body></html>")
-    return "\n".join(parts)
-
-
-_CSS = """
-body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}
-table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem}
-th,td{padding:.25rem .5rem;border-bottom:1px solid #ddd;text-align:left}
-.n{text-align:right;font-variant-numeric:tabular-nums}
-tbody.group tr:first-child th{background:#f3f3f3}
-.meta{color:#555}.total{font-size:1.2rem}
-section.void{opacity:.5}
-@media print{body{margin:0}section{break-inside:avoid}}
-"""
+    month = e(docs["period"][0].as_py()) if docs.num_rows else ""
+    (folder / "index.html").write_text(
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>Documents {month}</title><style>{customer.CSS}</style></head><body>"
+        f"<h1 style='text-align:left'>Documents {month}</h1><table class='summary'><thead><tr>"
+        "<th>Number</th><th>Type</th><th>Status</th><th>Account</th><th>Customer</th>"
+        "<th class=n>Total</th><th>PDF</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        f"<p class='foot'>{len(rows):,} documents. The PDFs are there when the export asked for them "
+        "(--format pdf).</p></body></html>",
+        encoding="utf-8",
+    )
+    return len(pages)

@@ -193,9 +193,12 @@ def run_demo(
         step(STEPS[9])
         closed = [m for m in months if m not in open_months]
         exports = Path(settings.exports) / closed[-1] if closed else None
+        sample = None  # the document of the month's largest bill, also drawn as a PDF
         if exports is not None:
-            export(engine, closed[-1], exports, "csv")
-            export(engine, closed[-1], exports, "parquet", html=False)
+            export(engine, closed[-1], exports, "csv,parquet,html")
+            sample = _largest_bill(engine, closed[-1])
+            if sample is not None:
+                export(engine, closed[-1], exports, "pdf", account=sample[0])
         step(STEPS[10])
         effectiveness_dir = Path(settings.reports) / "effectiveness"
         try:
@@ -249,7 +252,12 @@ def run_demo(
     outputs.append(("data quality, every date", index_path(settings.lake)))
     if exports is not None:
         outputs += [
-            (f"customer invoices {closed[-1]} (one page per account)", exports / "html"),
+            (f"customer documents {closed[-1]} (HTML, with an index)", exports / "html" / "index.html"),
+            *(
+                [(f"the largest bill of {closed[-1]} as a PDF", exports / "pdf" / f"{sample[1]}.pdf")]
+                if sample is not None
+                else []
+            ),
             (f"invoices {closed[-1]} (CSV)", exports / "invoices.csv"),
             (f"invoice lines {closed[-1]} (CSV)", exports / "invoice_lines.csv"),
             (f"invoices and lines {closed[-1]} (Parquet)", exports / "invoices.parquet"),
@@ -274,3 +282,20 @@ def run_demo(
     )
     out.print(f"demo finished in {time.perf_counter() - began:.0f} s")
     engine.dispose()
+
+
+def _largest_bill(engine, month: str) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
+    """(account, invoice number) of the month's finalized invoice with the largest total."""
+    from sqlalchemy import select
+
+    from schemas.warehouse import Invoice
+
+    i = Invoice.__table__.c
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(i.account_id, i.invoice_number)
+            .where(i.period == month, i.status == "finalized", i.kind == "invoice")
+            .order_by(i.total.desc(), i.invoice_number)
+            .limit(1)
+        ).first()
+    return (row.account_id, row.invoice_number) if row else None

@@ -167,7 +167,7 @@ def export_month(month: str) -> str:
     from pipelines.warehouse.engine import make_engine
 
     out = str(Path(exports_root()) / month)
-    export(make_engine(settings().database_url), month, out)
+    export(make_engine(settings().database_url), month, out, "csv,parquet,html")
     return out
 
 

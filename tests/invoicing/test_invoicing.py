@@ -403,7 +403,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
     assert all(d.corrects == originals[d.account_id] for d in adjustments)
 
 
-def test_export_writes_the_design_columns_and_one_html_page_per_account(db, catalog, tmp_path):
+def test_export_writes_the_design_columns_and_one_html_document_per_document(db, catalog, tmp_path):
     engine = make_engine(db.database_url)
     drafted = invoicing.draft(engine, catalog, MONTH)
     invoicing.finalize(engine, catalog, MONTH)
@@ -413,6 +413,7 @@ def test_export_writes_the_design_columns_and_one_html_page_per_account(db, cata
     with open(tmp_path / "csv" / "invoice_lines.csv", newline="") as f:
         reader = csv.DictReader(f)
         lines = list(reader)
+    # the design's columns first, in its order; then what a document needs
     assert list(invoices[0]) == [
         "invoice_number",
         "account_id",
@@ -421,18 +422,43 @@ def test_export_writes_the_design_columns_and_one_html_page_per_account(db, cata
         "currency",
         "subtotal",
         "total",
+        "document_type",
+        "corrects",
+        "issued_at",
+        "due_date",
     ]
     assert tuple(reader.fieldnames) == LINE_COLUMNS
+    assert LINE_COLUMNS[:11] == (
+        "invoice_number",
+        "account_id",
+        "period",
+        "line_type",
+        "model",
+        "speed_tier",
+        "token_kind",
+        "quantity",
+        "unit_price",
+        "amount",
+        "currency",
+    )
     assert len(invoices) == counts["invoices"] == drafted.invoices and len(lines) == drafted.lines
     assert sum(Decimal(r["total"]) for r in invoices) == drafted.total
     assert sum(Decimal(r["amount"]) for r in lines) == drafted.total
-    pages = sorted((tmp_path / "csv" / "html").iterdir())
-    assert len(pages) == drafted.invoices == counts["html"]
-    page = (tmp_path / "csv" / "html" / f"{invoices[0]['account_id']}.html").read_text()
-    assert invoices[0]["invoice_number"] in page and "Quota pools" in page and "Amount due" in page
+    assert {r["document_type"] for r in invoices} == {"invoice"} and not any(r["corrects"] for r in invoices)
+    issued = dt.datetime.fromisoformat(invoices[0]["issued_at"].replace("Z", "+00:00"))
+    due = dt.date.fromisoformat(invoices[0]["due_date"])
+    assert due - issued.date() == dt.timedelta(days=catalog.payment_terms_days)
+    pages = sorted(p.name for p in (tmp_path / "csv" / "html").iterdir())
+    assert pages == sorted([f"{r['invoice_number']}.html" for r in invoices] + ["index.html"])
+    assert (
+        counts["html"] == drafted.invoices and counts["pdf"] == 0 and not (tmp_path / "csv" / "pdf").exists()
+    )
+    page = (tmp_path / "csv" / "html" / f"{invoices[0]['invoice_number']}.html").read_text()
+    assert invoices[0]["invoice_number"] in page and "Total due" in page and catalog.seller.name in page
     export(engine, MONTH, tmp_path / "pq", "parquet")
     table = pq.read_table(tmp_path / "pq" / "invoice_lines.parquet")
     assert tuple(table.column_names) == LINE_COLUMNS and table.num_rows == drafted.lines
+    assert not (tmp_path / "pq" / "html").exists()
 
 
 def test_cli_invoice_commands_run_and_report_mistakes_in_one_line(db, capsys, tmp_path):

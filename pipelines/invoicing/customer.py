@@ -1,0 +1,276 @@
+"""The customer document: one numbered invoice or adjustment as its customer receives it.
+
+One template gives the HTML page and, drawn by WeasyPrint, the PDF (``pipelines.invoicing.pdf``):
+the seller and the customer as they were when the document was finalized, its number and type, issue
+and due dates, the billing period as the account's local days, a summary by model and speed tier,
+then the detail grouped the same way in words (token kinds and line types), the plan fee as "N of M
+days at P per month", and the total due. Included usage is one line per group, not a line per token
+kind at 0.00. An adjustment names the document it corrects and lists only what changed: each line
+billed before and no longer true, reversed, and the line as it is now.
+
+Input: plain dicts of the export's rows (``pipelines.invoicing.export``); no database, no files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from collections import defaultdict
+from decimal import Decimal
+
+KIND_WORDS = {"input": "Input tokens", "cached_input": "Cached input tokens", "output": "Output tokens"}
+TIER_WORDS = {"standard": "Standard", "priority": "Priority", "ultrafast": "Ultrafast"}
+LINE_WORDS = {
+    "plan_fee": "Plan fee",
+    "overage_usage": "Usage beyond the plan's allowances, at the rate card",
+    "included_usage": "Usage covered by the plan's allowances",
+    "adjustment": "Correction",
+}
+KIND_ORDER = {"input": 0, "cached_input": 1, "output": 2}
+
+
+def money(value: Decimal, currency: str | None = None) -> str:
+    """1234.5 -> '1,234.50' (with the currency in front when given); a minus sign, never brackets."""
+    text = f"{abs(value):,.2f}"
+    text = f"{currency}\u00a0{text}" if currency else text
+    return f"\u2212{text}" if value < 0 else text
+
+
+def count(value: int) -> str:
+    """1234567 -> '1,234,567'; negative with a minus sign, as money is."""
+    return f"\u2212{abs(value):,}" if value < 0 else f"{value:,}"
+
+
+def price(value: Decimal) -> str:
+    """A unit price exactly as priced: at least two decimals, up to the six the catalog allows."""
+    text = f"{value:,.6f}".rstrip("0")
+    whole, _, fraction = text.partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"
+
+
+def day_text(day: dt.date | None) -> str:
+    return f"{day.day} {day:%B %Y}" if day else ""
+
+
+def period_text(period: str, zone: str | None) -> str:
+    first = dt.date.fromisoformat(f"{period}-01")
+    last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
+    return f"{day_text(first)} \u2013 {day_text(last)} ({zone or 'UTC'})"
+
+
+def plan_name(plan: str | None) -> str:
+    return f"{plan.replace('_', ' ').title()} plan" if plan else "Pay as you go"
+
+
+def group_label(model: str, tier: str) -> str:
+    return f"{model} \u00b7 {TIER_WORDS.get(tier, tier)}"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _lines_of(text: str | None) -> str:
+    return "<br>".join(_e(part) for part in (text or "").splitlines() if part.strip())
+
+
+def _charge(line: dict) -> str:
+    return line["adjusted_type"] or line["line_type"]
+
+
+def _fee_text(line: dict, currency: str, periods: list[dict]) -> str:
+    """'Pro plan: 15 of 31 days (1 March 2026 – 15 March 2026) at USD 200.00 per month'."""
+    plan = (line["description"] or "").removeprefix("previously billed: ").split(" plan,")[0]
+    days = abs(line["quantity"])
+    spans = [
+        f"{day_text(p['active_from'])} \u2013 {day_text(p['active_until'])}"
+        for p in periods
+        if p["plan"] == plan and p["days"] == days
+    ]
+    span = f" ({spans[0]})" if len(spans) == 1 else ""
+    fee = money(line["unit_price"], currency)
+    return f"{plan_name(plan)}: {days} of {line['unit_size']} days{span} at {fee} per month"
+
+
+def _summary(lines: list[dict], currency: str, adjustment: bool) -> list[str]:
+    """One row for the plan fees and one per model and tier: tokens used, included, charged, amount."""
+    rows: dict[tuple, dict] = {}
+    for line in lines:
+        charge = _charge(line)
+        key = ("", "") if charge == "plan_fee" else (line["model"], line["speed_tier"])
+        row = rows.setdefault(key, {"included": 0, "charged": 0, "amount": Decimal(0)})
+        if charge == "included_usage":
+            row["included"] += line["quantity"]
+        elif charge == "overage_usage":
+            row["charged"] += line["quantity"]
+        row["amount"] += line["amount"]
+    change = " (change)" if adjustment else ""
+    out = [
+        f"<table class='summary'><thead><tr><th>Charge</th><th class=n>Tokens used{change}</th>"
+        f"<th class=n>Included{change}</th><th class=n>Charged{change}</th>"
+        f"<th class=n>Amount ({_e(currency)})</th></tr></thead><tbody>"
+    ]
+    for (model, tier), row in sorted(rows.items()):
+        if not model:
+            out.append(
+                f"<tr><td>Plan fee</td><td></td><td></td><td></td><td class=n>{money(row['amount'])}</td></tr>"
+            )
+            continue
+        used = row["included"] + row["charged"]
+        out.append(
+            f"<tr><td>{_e(group_label(model, tier))}</td><td class=n>{count(used)}</td>"
+            f"<td class=n>{count(row['included'])}</td><td class=n>{count(row['charged'])}</td>"
+            f"<td class=n>{money(row['amount'])}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    return out
+
+
+def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: bool) -> list[str]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for line in lines:
+        key = ("", "") if _charge(line) == "plan_fee" else (line["model"], line["speed_tier"])
+        groups[key].append(line)
+    out = [
+        "<table class='detail'><thead><tr><th>Description</th><th class=n>Quantity</th>"
+        f"<th class=n>Unit price ({_e(currency)})</th><th class=n>Amount ({_e(currency)})</th></tr></thead>"
+    ]
+    for (model, tier), rows in sorted(groups.items()):
+        title = "Plan" if not model else group_label(model, tier)
+        subtotal = sum((r["amount"] for r in rows), Decimal(0))
+        out.append(
+            f"<tbody><tr class='group'><th colspan=3>{_e(title)}</th><th class=n>{money(subtotal)}</th></tr>"
+        )
+        included: dict[str, int] = defaultdict(int)
+        for r in sorted(rows, key=lambda r: (KIND_ORDER.get(r["token_kind"], 9), r["quantity"])):
+            charge = _charge(r)
+            if charge == "included_usage":
+                included[r["token_kind"]] += r["quantity"]
+                continue
+            before = adjustment and r["quantity"] < 0
+            if charge == "plan_fee":
+                text = _fee_text(r, currency, periods)
+                quantity = f"{abs(r['quantity'])} days"
+                unit_price = f"{price(r['unit_price'])} / month"
+            else:
+                text = f"{KIND_WORDS.get(r['token_kind'], r['token_kind'])} beyond the allowances"
+                quantity = count(r["quantity"])
+                unit_price = f"{price(r['unit_price'])} / 1M"
+            if before:
+                text = f"Previously billed: {text} (reversed)"
+            elif adjustment:
+                text = f"Corrected: {text}"
+            out.append(
+                f"<tr><td>{_e(text)}</td><td class=n>{_e(quantity)}</td><td class=n>{_e(unit_price)}</td>"
+                f"<td class=n>{money(r['amount'])}</td></tr>"
+            )
+        if included:
+            net = {k: v for k, v in included.items() if v}
+            if net:
+                total = sum(net.values())
+                parts = " \u00b7 ".join(
+                    f"{KIND_WORDS[k].removesuffix(' tokens').lower()} {count(v)}"
+                    for k, v in sorted(net.items(), key=lambda kv: KIND_ORDER.get(kv[0], 9))
+                )
+                what = "Change in tokens covered" if adjustment else "Tokens covered"
+                out.append(
+                    f"<tr class='included'><td>{what} by the plan's allowances ({_e(parts)})</td>"
+                    f"<td class=n>{count(total)}</td><td class=n>included</td><td class=n>{money(Decimal(0))}</td></tr>"
+                )
+        out.append("</tbody>")
+    out.append("</table>")
+    return out
+
+
+def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | None = None) -> str:
+    """The document's page. ``doc``: an export row of the document with its customer and seller;
+    ``lines`` and ``periods`` (its plan periods) as exported; ``corrected``: the document an
+    adjustment corrects (its number and issue date), when known."""
+    currency = doc["currency"]
+    adjustment = doc["document_type"] == "adjustment"
+    title = "Adjustment" if adjustment else "Invoice"
+    issued = doc["issued_at"].date() if doc["issued_at"] else None
+    customer = doc["customer_name"] or f"Account {doc['account_id']}"
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{title} {_e(doc['invoice_number'])} \u00b7 {_e(customer)}</title>",
+        f"<style>{CSS}@page{{@bottom-right{{content:'{_e(doc['invoice_number'])} \\b7  page ' counter(page) ' of ' counter(pages);font-size:8pt;color:#666}}}}</style></head><body>",
+    ]
+    if doc["status"] == "void":
+        parts.append(
+            f"<p class='void'>VOID \u2014 {_e(doc['void_reason'] or '')}. This document is not payable.</p>"
+        )
+    seller_lines = _lines_of(doc["seller_address"])
+    tax = f"<br>Tax ID: {_e(doc['seller_tax_id'])}" if doc["seller_tax_id"] else ""
+    email = f"<br>{_e(doc['customer_email'])}" if doc["customer_email"] else ""
+    address = f"<br>{_lines_of(doc['customer_address'])}" if doc["customer_address"] else ""
+    parts += [
+        "<header>",
+        f"<div class='seller'><b>{_e(doc['seller_name'] or '')}</b><br>{seller_lines}{tax}</div>",
+        f"<div class='title'><h1>{title}</h1><table class='facts'>",
+        f"<tr><th>Number</th><td>{_e(doc['invoice_number'])}</td></tr>",
+        f"<tr><th>Issue date</th><td>{_e(day_text(issued))}</td></tr>",
+        f"<tr><th>Due date</th><td>{_e(day_text(doc['due_date']))}</td></tr>",
+        f"<tr><th>Billing period</th><td>{_e(period_text(doc['period'], doc['timezone']))}</td></tr>",
+        "</table></div></header>",
+        f"<section class='to'><h2>Bill to</h2><b>{_e(customer)}</b>{address}{email}"
+        + (f"<br>Account {_e(doc['account_id'])}" if doc["customer_name"] else "")
+        + "</section>",
+    ]
+    if adjustment:
+        what = (
+            f"invoice {_e(corrected['invoice_number'])} issued {_e(day_text(corrected['issued']))}"
+            if corrected
+            else f"document {_e(doc['corrects'] or '')}"
+        )
+        parts.append(
+            f"<p class='corrects'>This adjustment corrects {what}. Usage or plans of the period changed "
+            "after it was issued; only the charges that changed are listed: what was billed before, "
+            "reversed, and the charge as it is now.</p>"
+        )
+    plans = [p for p in periods if p["days"]]
+    if plans:
+        listed = "; ".join(
+            f"{plan_name(p['plan'])} {day_text(p['active_from'])} \u2013 {day_text(p['active_until'])}"
+            for p in plans
+        )
+        parts.append(f"<p class='plans'>Plan: {_e(listed)}</p>")
+    parts.append("<h2>Summary</h2>")
+    parts += _summary(lines, currency, adjustment) if lines else ["<p>No charges.</p>"]
+    due = "Total due" if doc["total"] >= 0 else "Total credited to the account"
+    parts.append(
+        f"<p class='total'>{due} <b class=n>{_e(money(abs(doc['total']), currency))}</b>"
+        + (f" by {_e(day_text(doc['due_date']))}" if doc["due_date"] and doc["total"] > 0 else "")
+        + "</p>"
+    )
+    if lines:
+        parts.append("<h2>Detail</h2>")
+        parts += _detail(lines, currency, periods, adjustment)
+    parts.append(
+        f"<p class='foot'>Amounts in {_e(currency)}. Token prices are per 1M tokens; each amount is "
+        "quantity \u00d7 unit price, rounded half-up to the cent, and the total is the sum of the "
+        "rounded amounts.</p></body></html>"
+    )
+    return "\n".join(parts)
+
+
+CSS = """
+@page{size:A4;margin:16mm 14mm}
+body{font-family:'DejaVu Sans',system-ui,sans-serif;font-size:10pt;color:#222;max-width:58rem;margin:1.5rem auto}
+header{display:flex;justify-content:space-between;gap:2rem;align-items:flex-start}
+h1{margin:0 0 .4rem;font-size:20pt;text-align:right}
+h2{font-size:11pt;margin:1.2rem 0 .3rem}
+table{border-collapse:collapse;width:100%}
+th,td{padding:.22rem .45rem;text-align:left;vertical-align:top}
+.facts th{color:#555;font-weight:normal;padding-right:1rem}
+.facts td,.facts th{padding:.1rem .3rem;white-space:nowrap}
+.summary td,.summary th,.detail td,.detail th{border-bottom:1px solid #ddd}
+.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+tr.group th{background:#f1f3f5}
+tr.included td{color:#555}
+.total{font-size:13pt;text-align:right;margin:.8rem 0}
+.corrects,.plans{background:#f8f9fa;padding:.4rem .6rem}
+.void{border:2px solid #b00;color:#b00;font-weight:bold;padding:.4rem .6rem;text-align:center}
+.foot{color:#666;font-size:8.5pt;margin-top:1.2rem}
+tbody{break-inside:avoid}
+"""
