@@ -27,13 +27,18 @@ system-deps:
 	  apt-get install -y -q $$missing >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
 	fi
 
+# As root, the Debian packages too (a no-op when they are there); elsewhere see `make system-deps`.
+AS_ROOT_SYSTEM_DEPS = if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then $(MAKE) --no-print-directory system-deps; fi
+
 demo: venv
+	@$(AS_ROOT_SYSTEM_DEPS)
 	$(BIN)/usage-billing demo
 
 lint: venv
 	$(BIN)/ruff check .
 
 test: venv lint
+	@$(AS_ROOT_SYSTEM_DEPS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Re-resolve the pins in a throwaway environment (needs the package registry).

@@ -20,12 +20,6 @@ from decimal import Decimal
 
 KIND_WORDS = {"input": "Input tokens", "cached_input": "Cached input tokens", "output": "Output tokens"}
 TIER_WORDS = {"standard": "Standard", "priority": "Priority", "ultrafast": "Ultrafast"}
-LINE_WORDS = {
-    "plan_fee": "Plan fee",
-    "overage_usage": "Usage beyond the plan's allowances, at the rate card",
-    "included_usage": "Usage covered by the plan's allowances",
-    "adjustment": "Correction",
-}
 KIND_ORDER = {"input": 0, "cached_input": 1, "output": 2}
 
 
@@ -194,7 +188,7 @@ def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | 
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>{title} {_e(doc['invoice_number'])} \u00b7 {_e(customer)}</title>",
-        f"<style>{CSS}@page{{@bottom-right{{content:'{_e(doc['invoice_number'])} \\b7  page ' counter(page) ' of ' counter(pages);font-size:8pt;color:#666}}}}</style></head><body>",
+        f"<style>{CSS}@page{{@bottom-right{{content:'{_e(doc['invoice_number'])} \\b7  page ' counter(page) ' of ' counter(pages);font-family:'DejaVu Sans',sans-serif;font-size:8pt;color:#666}}}}</style></head><body>",
     ]
     if doc["status"] == "void":
         parts.append(

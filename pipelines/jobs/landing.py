@@ -123,8 +123,26 @@ def write_landing(gen: Generated, cfg: GeneratorConfig, landing_root: str) -> li
     os.makedirs(landing_root, exist_ok=True)
     with open(os.path.join(landing_root, "accounts.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(
-            handle, fieldnames=["account_id", "plan", "timezone", "active_from", "active_until"]
+            handle,
+            fieldnames=["account_id", "plan", "timezone", "active_from", "active_until", *CONTACT],
         )
         writer.writeheader()
-        writer.writerows(gen.accounts)
+        writer.writerows(row | contact(row) for row in gen.accounts)
     return written
+
+
+CONTACT = ("name", "email", "billing_address")
+
+
+def contact(row: dict) -> dict:
+    """Who the customer documents are addressed to, made up from the account id and zone (every
+    tenth account has none: its documents name the account instead)."""
+    number = row["account_id"].rsplit("-", 1)[-1]
+    if number.isdigit() and int(number) % 10 == 0:
+        return dict.fromkeys(CONTACT, "")
+    city = row["timezone"].rsplit("/", 1)[-1].replace("_", " ")
+    return {
+        "name": f"Example Customer {number}",
+        "email": f"billing+{number}@customer.example",
+        "billing_address": f"{int(number) if number.isdigit() else 1} Example Street\n{city}",
+    }

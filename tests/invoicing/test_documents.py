@@ -59,7 +59,9 @@ def _with_contacts(source: Path, target: Path, split: str | None = None) -> None
             r = r | {"plan": "plus", "active_from": "2026-03-04"}
         out.append(r)
     with open(target, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*rows[0], "name", "email", "billing_address"])
+        writer = csv.DictWriter(
+            f, fieldnames=list(dict.fromkeys([*rows[0], "name", "email", "billing_address"]))
+        )
         writer.writeheader()
         writer.writerows(out)
 

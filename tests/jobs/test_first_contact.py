@@ -56,7 +56,10 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
     first = _readme_blocks()[0]
     assert first == ["make demo", "make test"]
     makefile = (ROOT / "Makefile").read_text()
-    assert "demo: venv\n\t$(BIN)/usage-billing demo\n" in makefile  # what `make demo` runs after the install
+    # what `make demo` runs after the install (and, as root, the Debian packages of `make system-deps`)
+    assert re.search(
+        r"\ndemo: venv\n(\t@\$\(AS_ROOT_SYSTEM_DEPS\)\n)?\t\$\(BIN\)/usage-billing demo\n", makefile
+    )
     folder = _fresh(tmp_path, "demo")
     out = _run([COMMAND, "demo"], folder).stdout
     listed = out.split("\noutputs:\n", 1)[1].split("\ntime per step:", 1)[0]
@@ -66,19 +69,26 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
     for name, path in written:
         if not path.startswith("sqlite"):
             assert (folder / path).exists(), (name, path)
-    assert [name for name, _ in written][:4] == [
+    assert [name for name, _ in written][:5] == [
         "retirement report",
         "effectiveness report",
         "data quality, every date",
-        "customer invoices 2026-08 (one page per account)",
+        "customer documents 2026-08 (HTML, with an index)",
+        "the largest bill of 2026-08 as a PDF",
     ]
     readme = (ROOT / "README.md").read_text()
     shown = readme.split("\noutputs:\n", 1)[1].split("```", 1)[0]
     for line in shown.splitlines():
         if line.strip() and line.strip() != "...":
             assert line in listed, line  # the README's excerpt is what the demo prints
-    html = list((folder / "data" / "exports" / "2026-08" / "html").glob("*.html"))
-    assert len(html) > 1000
+    html = list((folder / "data" / "exports" / "2026-08" / "html").glob("INV-*.html"))
+    assert len(html) > 1000 and (folder / "data" / "exports" / "2026-08" / "html" / "index.html").is_file()
+    pdfs = list((folder / "data" / "exports" / "2026-08" / "pdf").glob("INV-*.pdf"))
+    assert len(pdfs) == 1 and pdfs[0].stem in out  # the largest bill, named in the outputs
+    assert (
+        pdfs[0].stem
+        in subprocess.run(["pdftotext", str(pdfs[0]), "-"], capture_output=True, text=True).stdout
+    )
     for name in ("invoices.csv", "invoice_lines.csv", "invoices.parquet", "invoice_lines.parquet"):
         assert (folder / "data" / "exports" / "2026-08" / name).stat().st_size > 1000
     assert {p.name for p in (folder / "data" / "reports" / "2026-08-24").iterdir()} >= {

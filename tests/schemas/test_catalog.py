@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import re
 import tomllib
 from decimal import Decimal
 
@@ -98,3 +99,27 @@ def test_missing_and_invalid_files(tmp_path):
     bad.write_text("currency = \n")
     with pytest.raises(CatalogError, match="not valid TOML"):
         load_catalog(bad)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seller": {"name": ""}}, "seller.name"),
+        ({"seller": {"name": "S", "vat": "1"}}, "seller.vat: Extra inputs are not permitted"),
+        ({"seller": {"name": "S\x00"}}, "seller.name: holds a control character"),
+        ({"payment_terms_days": -1}, "payment_terms_days: Input should be greater than or equal to 0"),
+        ({"payment_terms_days": "30"}, "payment_terms_days: Input should be a valid integer"),
+        ({"payment_terms_days": 400}, "payment_terms_days: Input should be less than or equal to 365"),
+    ],
+)
+def test_seller_and_payment_terms_are_checked_in_one_line(change, message):
+    data = tomllib.loads(CATALOG_PATH.read_text()) | change
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        parse_catalog(data)
+
+
+def test_the_default_seller_and_terms():
+    data = tomllib.loads(CATALOG_PATH.read_text())
+    data.pop("seller"), data.pop("payment_terms_days")
+    catalog = parse_catalog(data)
+    assert catalog.payment_terms_days == 30 and catalog.seller.name

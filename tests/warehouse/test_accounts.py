@@ -74,3 +74,48 @@ def test_reload_replaces_rows_of_named_accounts(tmp_path, catalog):
             select(Account.account_id, Account.plan).order_by(Account.account_id, Account.active_from)
         ).all()
     assert [tuple(r) for r in rows] == [("a", "plus"), ("a", "pro"), ("b", "pro")]
+
+
+CONTACT_HEADER = "account_id,plan,timezone,active_from,active_until,name,email,billing_address\n"
+
+
+def test_contact_columns_are_optional_and_kept(tmp_path, catalog):
+    path = tmp_path / "contacts.csv"
+    path.write_text(
+        CONTACT_HEADER + 'a,pro,UTC,2026-02-01,,Zoë & Co,ap@zoe.example,"1 Rue Haute\r\n75001 Paris"\n'
+        "b,,UTC,2026-02-01,,,,\n",
+        encoding="utf-8",
+    )
+    engine = make_engine(f"sqlite:///{tmp_path / 'w.db'}")
+    upgrade(engine)
+    load_accounts(engine, path, catalog)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Account.account_id, Account.name, Account.email, Account.billing_address).order_by(
+                Account.account_id
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("a", "Zoë & Co", "ap@zoe.example", "1 Rue Haute\n75001 Paris"),
+        ("b", None, None, None),
+    ]
+    # a file without them (the old format) loads as before
+    assert parse_accounts(_csv(tmp_path, "c,pro,UTC,2026-02-01,\n"), catalog)[0].name is None
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("a,pro,UTC,2026-02-01,,x,not-an-email,\n", "line 2: email 'not-an-email' is not an email address"),
+        ("a,pro,UTC,2026-02-01,,x,a@b,\n", "line 2: email 'a@b' is not an email address"),
+        ("a,pro,UTC,2026-02-01,,bad\x07name,,\n", "line 2: name holds a control character"),
+        ("a,pro,UTC,2026-02-01,," + "n" * 201 + ",,\n", "line 2: name is 201 characters; at most 200"),
+        ('a,pro,UTC,2026-02-01,,x,,"' + "a" * 1001 + '"\n', "billing_address is 1,001 characters"),
+        ('a,pro,UTC,2026-02-01,,x,,"street\x1b[31m"\n', "billing_address holds a control character"),
+    ],
+)
+def test_bad_contact_fields_name_the_line(tmp_path, catalog, row, message):
+    path = tmp_path / "contacts.csv"
+    path.write_text(CONTACT_HEADER + row, encoding="utf-8")
+    with pytest.raises(UsageBillingError, match=message):
+        parse_accounts(path, catalog)
