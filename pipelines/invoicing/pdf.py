@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from itertools import chain, islice
 from pathlib import Path
 
 from pipelines.errors import UsageBillingError
@@ -41,14 +42,29 @@ def workers() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
+def _chunks(jobs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    it = iter(jobs)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
 def write_pdfs(jobs: Iterable[tuple[str, Path]]) -> int:
-    """Draw each (HTML, target path) as a PDF; returns how many were written."""
-    todo = [(page, str(target)) for page, target in jobs]
-    if len(todo) < SERIAL_BELOW or workers() == 1:
-        return _draw(todo)
+    """Draw each (HTML, target path) as a PDF; returns how many were written. The jobs are taken as
+    they come, a few chunks per worker in flight: the pages of a whole month are never all held."""
+    todo = ((page, str(target)) for page, target in jobs)
+    first = list(islice(todo, SERIAL_BELOW))
+    if len(first) < SERIAL_BELOW or workers() == 1:
+        return _draw(first) + sum(_draw(chunk) for chunk in _chunks(todo, CHUNK))
     _weasyprint()  # one clear error here rather than one per worker
-    chunks = [todo[i : i + CHUNK] for i in range(0, len(todo), CHUNK)]
     # spawn: a forked copy of a process with threads (Beam, Airflow) may hold their locks
     context = multiprocessing.get_context("spawn")
+    written = 0
     with ProcessPoolExecutor(max_workers=workers(), mp_context=context) as pool:
-        return sum(pool.map(_draw, chunks))
+        pending: set[Future[int]] = set()
+        for chunk in _chunks(chain(first, todo), CHUNK):
+            if len(pending) >= 3 * workers():
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                written += sum(f.result() for f in done)
+            pending.add(pool.submit(_draw, chunk))
+        written += sum(f.result() for f in pending)
+    return written
