@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import ROOT, command_line, machine, run_measured, write_section
-from benchmarks.invoices import MONTH, synthetic_month
+from benchmarks.common import ROOT, command_line, machine, write_section
+from benchmarks.invoices import MONTH, _cli, synthetic_month
 from billing.pricing import rate_from
 from pipelines.warehouse.engine import insert_arrow, make_engine, upgrade
 from schemas.catalog import load_catalog
@@ -100,17 +100,6 @@ def _closed(conn) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def _cli(url: str, *args: str) -> tuple[float, float, str]:
-    base = [
-        str(ROOT / ".venv" / "bin" / "usage-billing"),
-        "--database-url",
-        url,
-        "--config",
-        str(ROOT / "config" / "catalog.toml"),
-    ]
-    return run_measured([*base, *args])
-
-
 def html_floor(url: str, out: Path) -> tuple[float, int]:
     """Read the numbered documents and their lines, write one bare HTML table per document."""
     from pipelines.invoicing.export import _read
@@ -184,7 +173,7 @@ Command: `{command_line("benchmarks.documents")}`
 Machine: {machine()}
 Data: the synthetic month of `benchmarks.invoices` (every account on a plan, 2 model x tier
 combinations on 6 days, 3 token kinds, a name, email and address per account), drafted and finalized
-on SQLite; each document about 25 lines. Each command a separate process, in one run.
+on SQLite; about 13 lines per document. Each command a separate process, in one run.
 
 | what | documents | wall | documents/s | peak RSS | x floor |
 |---|---:|---:|---:|---:|---:|

@@ -23,12 +23,12 @@ import pyarrow.csv as csv
 import pyarrow.parquet as pq
 from sqlalchemy import Engine, select
 
-from billing.invoices import PLAN_PERIOD_SCHEMA, charge_types, units
+from billing.invoices import LINE_SCHEMA, PLAN_PERIOD_SCHEMA, charge_types, units
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import customer
 from pipelines.invoicing.months import check_month
 from pipelines.warehouse.engine import read_arrow
-from schemas.lake import AMOUNT, EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA, PRICE
+from schemas.lake import EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
 from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan
 
 FORMATS = ("csv", "parquet", "html", "pdf")
@@ -37,40 +37,20 @@ LINE_COLUMNS = tuple(EXPORT_LINE_SCHEMA.names)
 # What the customer documents read of a document besides the export's columns.
 DOCUMENT_SCHEMA = pa.schema(
     [
-        ("invoice_number", pa.string()),
-        ("account_id", pa.string()),
-        ("period", pa.string()),
-        ("status", pa.string()),
-        ("currency", pa.string()),
-        ("subtotal", AMOUNT),
-        ("total", AMOUNT),
-        ("document_type", pa.string()),
-        ("corrects", pa.string()),
-        ("issued_at", pa.timestamp("us", tz="UTC")),
-        ("due_date", pa.date32()),
-        ("timezone", pa.string()),
-        ("customer_name", pa.string()),
-        ("customer_email", pa.string()),
-        ("customer_address", pa.string()),
-        ("seller_name", pa.string()),
-        ("seller_address", pa.string()),
-        ("seller_tax_id", pa.string()),
-        ("void_reason", pa.string()),
+        *EXPORT_INVOICE_SCHEMA,
+        *(
+            (name, pa.string())
+            for name in ("timezone", "customer_name", "customer_email", "customer_address")
+        ),
+        *((name, pa.string()) for name in ("seller_name", "seller_address", "seller_tax_id", "void_reason")),
     ]
 )
+# A document's lines as drafted (billing.invoices.LINE_SCHEMA), by number and line number.
 LINE_READ_SCHEMA = pa.schema(
     [
         ("invoice_number", pa.string()),
         ("line_no", pa.int32()),
-        ("line_type", pa.string()),
-        ("adjusted_type", pa.string()),
-        ("model", pa.string()),
-        ("speed_tier", pa.string()),
-        ("token_kind", pa.string()),
-        ("description", pa.string()),
-        ("quantity", pa.int64()),
-        ("unit_price", PRICE),
-        ("amount", AMOUNT),
+        *(f for f in LINE_SCHEMA if f.name != "account_id"),
     ]
 )
 PLAN_READ_SCHEMA = pa.schema([("invoice_number", pa.string()), *list(PLAN_PERIOD_SCHEMA)[1:]])
@@ -138,7 +118,7 @@ def export(
 
 def _read(engine: Engine, month: str, account: str | None) -> tuple[pa.Table, pa.Table, pa.Table]:
     """The month's numbered documents, their lines and plan periods, in number and line order."""
-    i, line, p = Invoice.__table__.c, InvoiceLine.__table__.c, InvoicePlan.__table__.c
+    i = Invoice.__table__.c
     numbered = (i.period == month) & i.invoice_number.is_not(None)
     if account is not None:
         numbered = numbered & (i.account_id == account)
@@ -149,21 +129,18 @@ def _read(engine: Engine, month: str, account: str | None) -> tuple[pa.Table, pa
             select(*(renamed.get(c, i.get(c)) for c in DOCUMENT_SCHEMA.names)).where(numbered),
             DOCUMENT_SCHEMA,
         )
-        joined = InvoiceLine.__table__.join(Invoice.__table__, line.invoice_id == i.invoice_id)
-        lines = read_arrow(
-            conn,
-            select(*(i.invoice_number if c == "invoice_number" else line[c] for c in LINE_READ_SCHEMA.names))
-            .select_from(joined)
-            .where(numbered),
-            LINE_READ_SCHEMA,
-        )
-        planned = InvoicePlan.__table__.join(Invoice.__table__, p.invoice_id == i.invoice_id)
-        plans = read_arrow(
-            conn,
-            select(*(i.invoice_number if c == "invoice_number" else p[c] for c in PLAN_READ_SCHEMA.names))
-            .select_from(planned)
-            .where(numbered),
-            PLAN_READ_SCHEMA,
+        lines, plans = (
+            read_arrow(
+                conn,
+                select(*(i.invoice_number if c == "invoice_number" else part.c[c] for c in schema.names))
+                .select_from(part.join(Invoice.__table__, part.c.invoice_id == i.invoice_id))
+                .where(numbered),
+                schema,
+            )
+            for part, schema in (
+                (InvoiceLine.__table__, LINE_READ_SCHEMA),
+                (InvoicePlan.__table__, PLAN_READ_SCHEMA),
+            )
         )
     return (
         docs.sort_by("invoice_number"),
