@@ -22,11 +22,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import ROOT, command_line, machine, write_section
-from benchmarks.invoices import MONTH, _cli, synthetic_month
-from billing.pricing import rate_from
+from benchmarks.common import command_line, machine, write_section
+from benchmarks.invoices import MONTH, _cli, closed_month, synthetic_month
 from pipelines.warehouse.engine import insert_arrow, make_engine, upgrade
-from schemas.catalog import load_catalog
 from schemas.warehouse import Account, BillableUsage
 
 
@@ -40,64 +38,16 @@ def _warehouse(path: Path, accounts: int) -> str:
     acct = acct.append_column(
         "billing_address", pa.array(["1 Main Street\nSpringfield\nUnited States"] * n, pa.string())
     )
-    # the price metering would have applied: the effective_from in force on each row's UTC day
-    catalog = load_catalog(ROOT / "config" / "catalog.toml")
-    days = billable["rate_day"].to_numpy().astype("datetime64[D]")
-    applied = rate_from(catalog, billable["model"], billable["speed_tier"], days)
-    billable = billable.append_column("price_from", pa.array(applied.astype("datetime64[D]"), pa.date32()))
     engine = make_engine(url)
     upgrade(engine)
     with engine.begin() as conn:
         insert_arrow(conn, Account.__table__, acct)
         insert_arrow(conn, BillableUsage.__table__, billable)
-        _closed(conn)
+        closed_month(conn)
     engine.dispose()
     for step in ("draft", "finalize"):
         _cli(url, "invoices", step, "--month", MONTH)
     return url
-
-
-def _closed(conn) -> None:  # type: ignore[no-untyped-def]
-    """Record the month as production would leave it closed: every landing date through its grace
-    days ingested, every local day metered under the catalog's plans (the usage was loaded directly)."""
-    import datetime as dt
-
-    from sqlalchemy import insert
-
-    from billing.invoices import month_bounds
-    from pipelines.quota.remeter import plans_digest
-    from schemas.warehouse import IngestRun, MeteredDate
-
-    first, last = month_bounds(MONTH)
-    now = dt.datetime.now(dt.UTC)
-    days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    landing = [first - dt.timedelta(days=1), *days, *(last + dt.timedelta(days=i) for i in (1, 2, 3))]
-    conn.execute(
-        insert(IngestRun.__table__),
-        [
-            {
-                "run_id": "bench",
-                "landing_date": d,
-                "dataset": "events",
-                "started_at": now,
-                "finished_at": now,
-                "files": 0,
-                "rows_read": 0,
-                "clean": 0,
-                "quarantined": 0,
-                "duplicates": 0,
-                "quarantined_by_reason": {},
-                "late_rows": {},
-                "status": "committed",
-            }
-            for d in landing
-        ],
-    )
-    digest = plans_digest(load_catalog(ROOT / "config" / "catalog.toml"))
-    conn.execute(
-        insert(MeteredDate.__table__),
-        [{"local_day": d, "run_id": "bench", "metered_at": now, "basis": digest} for d in days],
-    )
 
 
 def html_floor(url: str, out: Path) -> tuple[float, int]:

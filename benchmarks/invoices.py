@@ -26,7 +26,7 @@ import pyarrow as pa
 from sqlalchemy import text
 
 from benchmarks.common import ROOT, command_line, machine, run_measured, write_section
-from billing.pricing import cents, price_in_force
+from billing.pricing import cents, price_in_force, rate_from
 from pipelines.warehouse.engine import insert_arrow, make_engine, upgrade
 from schemas.catalog import load_catalog
 from schemas.warehouse import Account, BillableUsage
@@ -80,7 +80,56 @@ def synthetic_month(accounts: int, seed: int = 5) -> tuple[pa.Table, pa.Table]:
                 }
             )
         )
-    return acct, pa.concat_tables(rows)
+    billable = pa.concat_tables(rows)
+    # the price metering would have applied: the effective_from in force on each row's UTC day
+    catalog = load_catalog(ROOT / "config" / "catalog.toml")
+    days = billable["rate_day"].to_numpy().astype("datetime64[D]")
+    applied = rate_from(catalog, billable["model"], billable["speed_tier"], days)
+    return acct, billable.append_column("price_from", pa.array(applied.astype("datetime64[D]"), pa.date32()))
+
+
+def closed_month(conn) -> None:  # type: ignore[no-untyped-def]
+    """Record the month as production would leave it closed: every landing date through its grace
+    days ingested, every local day metered under the catalog's plans (the usage was loaded directly)."""
+    import datetime as dt
+
+    from sqlalchemy import insert
+
+    from billing.invoices import month_bounds
+    from pipelines.quota.remeter import plans_digest
+    from schemas.catalog import load_catalog
+    from schemas.warehouse import IngestRun, MeteredDate
+
+    first, last = month_bounds(MONTH)
+    now = dt.datetime.now(dt.UTC)
+    days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    landing = [first - dt.timedelta(days=1), *days, *(last + dt.timedelta(days=i) for i in (1, 2, 3))]
+    conn.execute(
+        insert(IngestRun.__table__),
+        [
+            {
+                "run_id": "bench",
+                "landing_date": d,
+                "dataset": "events",
+                "started_at": now,
+                "finished_at": now,
+                "files": 0,
+                "rows_read": 0,
+                "clean": 0,
+                "quarantined": 0,
+                "duplicates": 0,
+                "quarantined_by_reason": {},
+                "late_rows": {},
+                "status": "committed",
+            }
+            for d in landing
+        ],
+    )
+    digest = plans_digest(load_catalog(ROOT / "config" / "catalog.toml"))
+    conn.execute(
+        insert(MeteredDate.__table__),
+        [{"local_day": d, "run_id": "bench", "metered_at": now, "basis": digest} for d in days],
+    )
 
 
 def naive(accounts: pa.Table, billable: pa.Table, catalog) -> Decimal:  # type: ignore[no-untyped-def]
@@ -109,6 +158,7 @@ def _load(url: str, accounts: pa.Table, billable: pa.Table) -> None:
     with engine.begin() as conn:
         insert_arrow(conn, Account.__table__, accounts)
         insert_arrow(conn, BillableUsage.__table__, billable)
+        closed_month(conn)
     engine.dispose()
 
 
