@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from decimal import Decimal
 
 import numpy as np
@@ -340,3 +341,26 @@ def test_nothing_changed_means_no_adjustment_lines():
         ]
     )
     assert difference(lines, lines).num_rows == 0
+
+
+def _multiset(table: pa.Table) -> dict:
+    out: dict = defaultdict(int)
+    for r in table.to_pylist():
+        key = (r["account_id"], r["adjusted_type"] or r["line_type"], r["model"], r["token_kind"])
+        out[(*key, r["unit_price"], r["quantity"], r["amount"])] += 1
+    return {k: v for k, v in out.items() if v}
+
+
+@settings(max_examples=100, deadline=None)
+@given(first=line_rows, second=line_rows, third=line_rows)
+def test_a_second_adjustment_reverses_only_what_is_still_billed(first, second, third):
+    """Invoice ``first``; the truth becomes ``second`` (adjustment 1), then ``third`` (adjustment 2).
+    Adjustment 2 is exactly what turns ``second`` into ``third``: the lines adjustment 1 reversed are
+    not reversed again, and the lines it billed are reversed only if they changed again."""
+    invoice, truth2, truth3 = _lines(first), _lines(second), _lines(third)
+    adjustment1 = difference(truth2, invoice)
+    adjustment2 = difference(truth3, pa.concat_tables([invoice, adjustment1.drop_columns(["line_no"])]))
+    assert _net(invoice, adjustment1, adjustment2) == _net(truth3)
+    assert _multiset(adjustment2.drop_columns(["line_no"])) == _multiset(
+        difference(truth3, truth2).drop_columns(["line_no"])
+    )
