@@ -5,6 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,airflow
 PYTEST_ARGS ?=
+# Two workers, a test file each at a time (its module fixtures are built once): 9 minutes here, not 17.
+PYTEST_WORKERS ?= 2
 
 .PHONY: venv demo test lint constraints clean system-deps
 
@@ -39,7 +41,7 @@ lint: venv
 
 test: venv lint
 	@$(AS_ROOT_SYSTEM_DEPS)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Re-resolve the pins in a throwaway environment (needs the package registry).
 constraints:

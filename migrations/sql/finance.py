@@ -270,9 +270,12 @@ def create(conn: Connection, gaps: bool = False, documents: bool = False) -> Non
         conn.exec_driver_sql(f"CREATE VIEW {name} AS {body}")
     if dialect != "postgresql":
         return
+    # The role is cluster-wide: two databases of one cluster migrated at once may both find it missing;
+    # the one that loses the race takes the other's role.
     conn.exec_driver_sql(
         f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') "
-        f"THEN CREATE ROLE {ROLE} LOGIN; END IF; END $$"
+        f"THEN CREATE ROLE {ROLE} LOGIN; END IF; "
+        "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
     )
     conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA public TO {ROLE}")
     conn.exec_driver_sql(f"GRANT SELECT ON {', '.join(views)} TO {ROLE}")
