@@ -129,9 +129,13 @@ def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: b
         "<table class='detail'><thead><tr><th>Description</th><th class=n>Quantity</th>"
         f"<th class=n>Unit price ({_e(currency)})</th><th class=n>Amount ({_e(currency)})</th></tr></thead>"
     ]
+    covered = []  # groups of included usage only: one line at the end, their figures are in the summary
     for (model, tier), rows in sorted(groups.items()):
         title = "Plan" if not model else group_label(model, tier)
         subtotal = sum((r["amount"] for r in rows), Decimal(0))
+        if model and all(_charge(r) == "included_usage" for r in rows):
+            covered.append(title)
+            continue
         out.append(
             f"<tbody><tr class='group'><th colspan=3>{_e(title)}</th><th class=n>{money(subtotal)}</th></tr>"
         )
@@ -172,8 +176,20 @@ def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: b
                     f"<td class=n>{count(total)}</td><td class=n>included</td><td class=n>{money(Decimal(0))}</td></tr>"
                 )
         out.append("</tbody>")
+    if covered:
+        what = "Changed only within" if adjustment else "Covered entirely by"
+        out.append(
+            f"<tbody><tr class='included'><td colspan=3>{what} the plan's allowances (tokens in the summary): "
+            f"{_e(', '.join(covered))}</td><td class=n>{money(Decimal(0))}</td></tr></tbody>"
+        )
     out.append("</table>")
     return out
+
+
+def _shown(lines: list[dict]) -> list[dict]:
+    """The lines a customer reads: a free plan's fee line (0 per month, 0.00) says nothing the plan
+    line above the summary does not."""
+    return [r for r in lines if not (_charge(r) == "plan_fee" and r["unit_price"] == 0 and r["amount"] == 0)]
 
 
 def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | None = None) -> str:
@@ -182,6 +198,7 @@ def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | 
     adjustment corrects (its number and issue date), when known."""
     currency = doc["currency"]
     adjustment = doc["document_type"] == "adjustment"
+    lines = _shown(lines)
     title = "Adjustment" if adjustment else "Invoice"
     issued = doc["issued_at"].date() if doc["issued_at"] else None
     customer = doc["customer_name"] or f"Account {doc['account_id']}"
