@@ -3,7 +3,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,airflow
+EXTRAS ?= dev,airflow,aws
 PYTEST_ARGS ?=
 # Two workers, a test file each at a time (its module fixtures are built once): 9 minutes here, not 17.
 PYTEST_WORKERS ?= 2

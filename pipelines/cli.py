@@ -272,8 +272,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipelines.warehouse.engine import forget_warehouses, vanished_warehouses
 
-    quiet()
+    quiet()  # before Beam is imported: its import logs a warning about Google Cloud clients
     forget_warehouses()  # only the files this command opens count
+    from pipelines.lake.paths import use_filesystem_options
+
+    args = sys.argv[1:] if argv is None else argv
+    use_filesystem_options(args[args.index("--") + 1 :] if "--" in args else [])
     try:
         app(args=argv, standalone_mode=False, prog_name="usage-billing")
     except (UsageBillingError, CatalogError) as exc:

@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import posixpath
+import threading
 from collections.abc import Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -47,6 +48,62 @@ def io_errors(fn):  # type: ignore[no-untyped-def]
             return fn(path, *args, **kwargs)
 
     return wrapper
+
+
+def use_filesystem_options(flags: list[str] | None = None) -> None:
+    """Give Beam's file systems the run's Beam flags, for every lake access outside a pipeline too
+    (listing, commits, the gate, reports, ``quota explain``): an ``s3://`` lake needs its client's
+    options (``--s3_endpoint_url`` and friends after ``--``, or the standard ``AWS_*`` environment
+    variables, which boto3 reads when no flag names them)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    set_filesystem_options(PipelineOptions(list(flags or [])))
+
+
+_S3_CLIENTS: dict[tuple, object] = {}
+_S3_LOCK = threading.Lock()
+
+
+def set_filesystem_options(options) -> None:  # type: ignore[no-untyped-def]
+    """``FileSystems.set_options``, and S3 clients made anew for them (see ``_share_s3_clients``)."""
+    FileSystems.set_options(options)
+    with _S3_LOCK:
+        _S3_CLIENTS.clear()
+    _share_s3_clients()
+
+
+def _share_s3_clients() -> None:
+    """Beam's S3 file system builds a boto3 session and client for every operation (each loads
+    botocore's endpoint tables: about 50 ms, more than most listings take). Share one client per set of
+    S3 options instead; boto3 clients are thread-safe. A no-op without Beam's AWS extra."""
+    try:
+        from apache_beam.io.aws import s3io
+        from apache_beam.io.aws.clients.s3 import boto3_client
+        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+    except ImportError:
+        return
+    if getattr(s3io, "_shared_clients", False):
+        return
+
+    def client(options):  # type: ignore[no-untyped-def]
+        if isinstance(options, PipelineOptions):
+            key = tuple(
+                sorted(options.view_as(S3Options).get_all_options(retain_unknown_options=False).items())
+            )
+        else:
+            key = tuple(sorted((k, str(v)) for k, v in dict(options).items()))
+        key = tuple((k, str(v)) for k, v in key if k.startswith("s3_"))
+        with _S3_LOCK:
+            made = _S3_CLIENTS.get(key)
+            if made is None:
+                made = _S3_CLIENTS[key] = boto3_client.Client(options=options)
+        return made
+
+    class _Shared:
+        Client = staticmethod(lambda options: client(options))
+
+    s3io.boto3_client = _Shared
+    s3io._shared_clients = True
 
 
 def is_local(path: str) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
+from pipelines.lake.paths import set_filesystem_options
 from pipelines.runtime.startup import collect_from_here
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
 from schemas.limits import date_problem
@@ -59,7 +60,9 @@ def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineO
         if threads and not any(f.startswith("--direct_") for f in flags):
             workers = max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
             flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={workers}"]
-    return PipelineOptions(flags)
+    options = PipelineOptions(flags)
+    set_filesystem_options(options)  # the driver's own lake access (listing, commits) uses them too
+    return options
 
 
 def parse_date(value: str, what: str = "date") -> dt.date:

@@ -1,7 +1,8 @@
-"""A lake and a landing area on an object store (``memfs://``, GCS semantics: no directories, only
-objects under prefixes) behave like local ones: the same partitions with the same rows, late events
-rewriting a past partition without losing its other shards, replays changing nothing, and no
-staging left behind."""
+"""A lake and a landing area on an object store behave like local ones: the same partitions with the
+same rows, late events rewriting a past partition without losing its other shards, replays changing
+nothing, and no staging left behind. Two stores: ``memfs://`` (in memory, Cloud Storage's rules: no
+directories, only objects under prefixes) and a real S3 API (moto's server on loopback, through Beam's
+own S3 file system, configured by the standard AWS environment variables as a deployment would be)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from billing.plan import own_pool_models
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args, ingest_and_aggregate
+from pipelines.lake.paths import use_filesystem_options
 from pipelines.quota import meter
 from pipelines.quota.explain import as_dict, explain_event
 from pipelines.quota.show import backup_tank
@@ -23,30 +25,48 @@ from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, IngestRun, PoolUsage, UsageDaily
 from tests import memfs
 from tests.conftest import small_dates, table_rows
-
-BUCKET = "memfs://bucket"
-
-
-@pytest.fixture
-def store():  # type: ignore[no-untyped-def]
-    memfs.STORE.clear()
-    yield memfs.STORE
-    memfs.STORE.clear()
+from tests.s3 import S3_ENV, S3Store, s3_server
 
 
-def _remote_settings(settings, tmp_path, landing: str | None = None):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def s3_endpoint():  # type: ignore[no-untyped-def]
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["memfs", pytest.param("s3", marks=pytest.mark.slow)])
+def store(request):  # type: ignore[no-untyped-def]
+    """An empty object store; ``store.root`` is its bucket (``memfs://bucket`` or ``s3://lake-...``)."""
+    if request.param == "memfs":
+        memfs.STORE.clear()
+        memfs.STORE.root = "memfs://bucket"
+        yield memfs.STORE
+        memfs.STORE.clear()
+        return
+    endpoint = request.getfixturevalue("s3_endpoint")
+    with pytest.MonkeyPatch.context() as env:  # its own: a test's monkeypatch.undo() leaves it set
+        for name, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+            env.setenv(name, value)
+        use_filesystem_options([])  # as the command line does first: Beam's S3 file system gets options
+        bucket = S3Store(endpoint)
+        yield bucket
+        bucket.clear()
+    use_filesystem_options([])  # no client made for this test's server outlives it
+
+
+def _remote_settings(settings, tmp_path, root: str, landing: str | None = None):  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'remote.db'}"
     upgrade(make_engine(url))
     return dataclasses.replace(
-        settings, database_url=url, lake=f"{BUCKET}/lake", landing=landing or settings.landing
+        settings, database_url=url, lake=f"{root}/lake", landing=landing or settings.landing
     )
 
 
-def _upload_landing(local: str) -> str:
+def _upload_landing(local: str, store) -> str:  # type: ignore[no-untyped-def]
     for path in sorted(Path(local).rglob("*")):
         if path.is_file():
-            memfs.STORE.put(f"{BUCKET}/landing/{path.relative_to(local).as_posix()}", path.read_bytes())
-    return f"{BUCKET}/landing"
+            store.put(f"{store.root}/landing/{path.relative_to(local).as_posix()}", path.read_bytes())
+    return f"{store.root}/landing"
 
 
 def _local_events(lake: str) -> dict[str, object]:
@@ -56,11 +76,11 @@ def _local_events(lake: str) -> dict[str, object]:
     }
 
 
-def _remote_events() -> dict[str, object]:
-    prefix = f"{BUCKET}/lake/"
+def _remote_events(store) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    prefix = f"{store.root}/lake/"
     return {
-        path[len(prefix) :]: pq.read_table(io.BytesIO(memfs.STORE.get(path)))
-        for path, _, _ in memfs.STORE.under(f"{prefix}events/")
+        path[len(prefix) :]: pq.read_table(io.BytesIO(store.get(path)))
+        for path, _, _ in store.under(f"{prefix}events/")
         if path.endswith(".parquet")
     }
 
@@ -81,7 +101,9 @@ def _runs(url: str) -> list[tuple]:
 
 def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_settings, tmp_path, catalog):
     """Ingest, the data-quality gate, aggregation and metering, day by day as run-day does it, on both."""
-    remote = _remote_settings(sqlite_settings, tmp_path, landing=_upload_landing(sqlite_settings.landing))
+    remote = _remote_settings(
+        sqlite_settings, tmp_path, store.root, landing=_upload_landing(sqlite_settings.landing, store)
+    )
     dates = small_dates()
     for part in (dates[:-1], dates[-1:]):  # the last landing date carries late events
         local_result = ingest_and_aggregate(sqlite_settings, part)
@@ -92,7 +114,7 @@ def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_s
     late = [d for d in local_result.ingest.changed_dates if d < dates[-1]]
     assert late, "late events rewrote a past date"
     assert table_rows(remote.database_url, UsageDaily) == table_rows(sqlite_settings.database_url, UsageDaily)
-    assert any(p.endswith(".html") for p, _, _ in store.under(f"{BUCKET}/lake/"))  # the gate's report
+    assert any(p.endswith(".html") for p, _, _ in store.under(f"{store.root}/lake/"))  # the gate's report
     for settings in (sqlite_settings, remote):
         load_accounts(
             make_engine(settings.database_url), Path(sqlite_settings.landing) / "accounts.csv", catalog
@@ -100,12 +122,12 @@ def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_s
         meter.run([*settings.argv(), *date_args(dates)])
     for model in (BillableUsage, PoolUsage):
         assert table_rows(remote.database_url, model) == table_rows(sqlite_settings.database_url, model)
-    assert any("/allocations/" in p for p, _, _ in store.under(f"{BUCKET}/lake/"))
+    assert any("/allocations/" in p for p, _, _ in store.under(f"{store.root}/lake/"))
     local = _local_events(sqlite_settings.lake)
-    _same_events(local, _remote_events())
+    _same_events(local, _remote_events(store))
     assert _runs(remote.database_url) == _runs(sqlite_settings.database_url)
-    assert not store.under(f"{BUCKET}/lake/_staging/"), "a run left its staging behind"
-    quarantine = [p for p, _, _ in store.under(f"{BUCKET}/lake/quarantine/")]
+    assert not store.under(f"{store.root}/lake/_staging/"), "a run left its staging behind"
+    quarantine = [p for p, _, _ in store.under(f"{store.root}/lake/quarantine/")]
     assert len(quarantine) == len(dates)
 
     # What support and product teams read from the lake: why an event was charged, the backup tank.
@@ -122,7 +144,7 @@ def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_s
 
     replay = _ingest(remote, dates)
     assert replay.total("clean") == 0 and replay.changed_dates == []
-    _same_events(local, _remote_events())
+    _same_events(local, _remote_events(store))
 
 
 class _Stopped(BaseException):
@@ -136,7 +158,7 @@ def test_runs_stopped_on_an_object_store_are_finished_or_discarded_by_the_next(
     commit forward and discards a run that never reached its journal."""
     from pipelines.runtime import faults
 
-    remote = _remote_settings(sqlite_settings, tmp_path)
+    remote = _remote_settings(sqlite_settings, tmp_path, store.root)
     dates = small_dates()
     for settings in (sqlite_settings, remote):
         _ingest(settings, dates[:-1])
@@ -150,15 +172,15 @@ def test_runs_stopped_on_an_object_store_are_finished_or_discarded_by_the_next(
     with pytest.raises(_Stopped):  # the first partition swapped, the others not
         _ingest(remote, dates[-1:])
     monkeypatch.undo()
-    assert _remote_events() != _local_events(sqlite_settings.lake)
-    dead = f"{BUCKET}/lake/_staging/dead-run"
+    assert _remote_events(store) != _local_events(sqlite_settings.lake)
+    dead = f"{store.root}/lake/_staging/dead-run"
     store.put(f"{dead}/_run.json", b'{"step": "events ingest", "run_id": "dead-run"}')
     store.put(f"{dead}/events/date={dates[0]}/shard-0000.parquet", b"half a file")
 
     again = _ingest(remote, dates[-1:])  # finishes the stopped commit, then finds every event stored
     assert again.total("clean") == 0
     assert set(local_last.changed_dates) <= set(again.changed_dates)
-    _same_events(_local_events(sqlite_settings.lake), _remote_events())
-    assert not store.under(f"{BUCKET}/lake/_staging/")
+    _same_events(_local_events(sqlite_settings.lake), _remote_events(store))
+    assert not store.under(f"{store.root}/lake/_staging/")
     clean = [r[6] for r in table_rows(remote.database_url, IngestRun) if r[0] != again.run_id]
     assert sum(clean) == sum(r[6] for r in table_rows(sqlite_settings.database_url, IngestRun))  # its row too
