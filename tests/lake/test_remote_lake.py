@@ -184,3 +184,37 @@ def test_runs_stopped_on_an_object_store_are_finished_or_discarded_by_the_next(
     assert not store.under(f"{store.root}/lake/_staging/")
     clean = [r[6] for r in table_rows(remote.database_url, IngestRun) if r[0] != again.run_id]
     assert sum(clean) == sum(r[6] for r in table_rows(sqlite_settings.database_url, IngestRun))  # its row too
+
+
+@pytest.mark.slow
+def test_beam_s3_flags_after_the_double_dash_reach_the_lake_without_aws_variables(
+    s3_endpoint, sqlite_settings, tmp_path, monkeypatch
+):
+    """The other way to configure an S3 lake: no AWS_* variable at all, Beam's --s3_* flags after
+    `--`. Ingest lists the landing area and commits partitions with them, outside the pipeline too."""
+    from pipelines.cli import main
+    from schemas.warehouse import UsageDaily
+
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    bucket = S3Store(s3_endpoint)
+    remote = _remote_settings(
+        sqlite_settings, tmp_path, bucket.root, _upload_landing(sqlite_settings.landing, bucket)
+    )
+    flags = [
+        "--",
+        f"--s3_endpoint_url={s3_endpoint}",
+        "--s3_access_key_id=test",
+        "--s3_secret_access_key=test",
+        "--s3_region_name=us-east-1",
+    ]
+    base = ["--config", remote.config, "--database-url", remote.database_url, "--lake", remote.lake]
+    day = small_dates()[0].isoformat()
+    try:
+        assert main([*base, "--landing", remote.landing, "events", "ingest", "--date", day, *flags]) == 0
+        assert main([*base, "usage", "aggregate", "--date", day, *flags]) == 0
+        assert bucket.under(f"{bucket.root}/lake/events/date={day}/")
+        assert table_rows(remote.database_url, UsageDaily)
+    finally:
+        use_filesystem_options([])
+        bucket.clear()
