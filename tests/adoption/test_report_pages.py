@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import html
 import itertools
-import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +16,7 @@ from pipelines.adoption.charts import accounts_chart, decades, spread
 from pipelines.adoption.detect import CRITERIA, decide, rule_text
 from pipelines.adoption.terms import definitions
 from schemas.catalog import AdoptionConfig
+from tests.browser import measure
 from tests.conftest import CATALOG_PATH
 
 ROOT = Path(CATALOG_PATH).parents[1]
@@ -115,30 +113,13 @@ def test_line_labels_never_overlap_and_stay_in_the_chart():
 
 def _rendered_boxes(page: Path, tmp: Path) -> list[dict]:
     """Every text box of the accounts chart as headless Chromium lays it out."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
-    probe = tmp / "probe.html"
-    script = (
-        "<script>const b=[...document.querySelectorAll('#accounts-chart text')].map(t=>{"
+    return measure(  # type: ignore[return-value]
+        page,
+        tmp,
+        "[...document.querySelectorAll('#accounts-chart text')].map(t=>{"
         "const r=t.getBoundingClientRect();return {text:t.textContent,cls:t.getAttribute('class'),"
-        "left:r.left,top:r.top,right:r.right,bottom:r.bottom}});"
-        "const p=document.createElement('pre');p.id='boxes';p.textContent=JSON.stringify(b);"
-        "document.body.appendChild(p);</script>"
+        "left:r.left,top:r.top,right:r.right,bottom:r.bottom}})",
     )
-    probe.write_text(
-        page.read_text(encoding="utf-8").replace("</body>", script + "</body>"), encoding="utf-8"
-    )
-    dom = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", probe.as_uri()],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    found = re.search(r"<pre id=\"boxes\">(.*?)</pre>", dom, re.S)
-    assert found, dom[-500:]
-    return json.loads(html.unescape(found.group(1)))
 
 
 def assert_no_text_overlaps(boxes: list[dict]) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import html
-import json
 import re
 import shutil
 import subprocess
@@ -34,6 +32,7 @@ from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan
+from tests.browser import measure
 from tests.conftest import cli_args, close_month, small_dates, sqlite_at
 
 pytestmark = pytest.mark.slow
@@ -298,47 +297,19 @@ def test_the_first_pdf_page_renders_as_a_page_with_ink(month, tmp_path):
     assert 0.005 < dark < 0.5, dark  # text on a white page: neither blank nor a black block
 
 
-def _chromium() -> str:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.fail("chromium is not installed (.ci/run installs it through `make system-deps`)")
-    return browser
-
-
 def _layout(page: Path, tmp: Path, width: int) -> dict:
     """How Chromium lays the page out at ``width`` px: the lines each numeric cell takes, whether the
     page is wider than the window, and the text a person reads."""
-    probe = tmp / f"probe-{page.name}"
-    script = (
-        "<script>const c=[...document.querySelectorAll('td.n,th.n,b.n')].map(e=>{"
+    return measure(  # type: ignore[return-value]
+        page,
+        tmp,
+        "{cells:[...document.querySelectorAll('td.n,th.n,b.n')].map(e=>{"
         "const r=document.createRange();r.selectNodeContents(e);"
         "const lines=new Set([...r.getClientRects()].map(x=>Math.round(x.top)));"
-        "return {text:e.textContent,lines:lines.size}});"
-        "const o={cells:c,overflow:document.documentElement.scrollWidth>window.innerWidth,"
-        "text:document.body.innerText};const p=document.createElement('pre');p.id='layout';"
-        "p.textContent=JSON.stringify(o);document.body.appendChild(p);</script>"
+        "return {text:e.textContent,lines:lines.size}}),"
+        "overflow:document.documentElement.scrollWidth>window.innerWidth,text:document.body.innerText}",
+        width,
     )
-    probe.write_text(
-        page.read_text(encoding="utf-8").replace("</body>", script + "</body>"), encoding="utf-8"
-    )
-    dom = subprocess.run(
-        [
-            _chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            f"--window-size={width},1200",
-            "--dump-dom",
-            probe.as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    found = re.search(r"<pre id=\"layout\">(.*?)</pre>", dom, re.S)
-    assert found, dom[-500:]
-    return json.loads(html.unescape(found.group(1)))
 
 
 def test_chromium_shows_amounts_on_one_line_and_no_raw_codes(month, tmp_path):
