@@ -23,9 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from benchmarks.common import command_line, machine, write_section
-from benchmarks.invoices import MONTH, _cli, closed_month, synthetic_month
-from pipelines.warehouse.engine import insert_arrow, make_engine, upgrade
-from schemas.warehouse import Account, BillableUsage
+from benchmarks.invoices import MONTH, _cli, _load, synthetic_month
+from pipelines.warehouse.engine import make_engine
 
 
 def _warehouse(path: Path, accounts: int) -> str:
@@ -38,13 +37,7 @@ def _warehouse(path: Path, accounts: int) -> str:
     acct = acct.append_column(
         "billing_address", pa.array(["1 Main Street\nSpringfield\nUnited States"] * n, pa.string())
     )
-    engine = make_engine(url)
-    upgrade(engine)
-    with engine.begin() as conn:
-        insert_arrow(conn, Account.__table__, acct)
-        insert_arrow(conn, BillableUsage.__table__, billable)
-        closed_month(conn)
-    engine.dispose()
+    _load(url, acct, billable)
     for step in ("draft", "finalize"):
         _cli(url, "invoices", step, "--month", MONTH)
     return url

@@ -18,6 +18,8 @@ import html
 from collections import defaultdict
 from decimal import Decimal
 
+from billing.invoices import month_bounds
+
 KIND_WORDS = {"input": "Input tokens", "cached_input": "Cached input tokens", "output": "Output tokens"}
 TIER_WORDS = {"standard": "Standard", "priority": "Priority", "ultrafast": "Ultrafast"}
 KIND_ORDER = {"input": 0, "cached_input": 1, "output": 2}
@@ -47,8 +49,7 @@ def day_text(day: dt.date | None) -> str:
 
 
 def period_text(period: str, zone: str | None) -> str:
-    first = dt.date.fromisoformat(f"{period}-01")
-    last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
+    first, last = month_bounds(period)
     return f"{day_text(first)} \u2013 {day_text(last)} ({zone or 'UTC'})"
 
 

@@ -28,7 +28,7 @@ from pipelines.errors import UsageBillingError
 from pipelines.invoicing import customer
 from pipelines.invoicing.months import check_month
 from pipelines.warehouse.engine import read_arrow
-from schemas.lake import EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
+from schemas.lake import DOCUMENT_COLUMNS, EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
 from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan
 
 FORMATS = ("csv", "parquet", "html", "pdf")
@@ -152,16 +152,7 @@ def _read(engine: Engine, month: str, account: str | None) -> tuple[pa.Table, pa
 def export_lines(lines: pa.Table, docs: pa.Table, month: str) -> pa.Table:
     """The lines with their document's columns and their unit (quantity x unit_price / unit_size =
     amount), in the export's column order."""
-    keep = [
-        "invoice_number",
-        "account_id",
-        "period",
-        "currency",
-        "document_type",
-        "corrects",
-        "issued_at",
-        "due_date",
-    ]
+    keep = ["invoice_number", "account_id", "period", "currency", *(name for name, _ in DOCUMENT_COLUMNS)]
     joined = lines.join(docs.select(keep), "invoice_number").sort_by(
         [("invoice_number", "ascending"), ("line_no", "ascending")]
     )
