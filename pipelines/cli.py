@@ -22,11 +22,13 @@ from pipelines.invoicing.commands import invoices_app
 from pipelines.quota.commands import quota_app
 from pipelines.runtime.console import (
     BEAM,
+    LAKE,
     DateOpt,
     FromOpt,
     ToOpt,
     dates_argv,
     err,
+    lake_settings,
     out,
     settings_of,
     step,
@@ -140,13 +142,13 @@ def db_vacuum(ctx: typer.Context) -> None:
         )
 
 
-@lake_app.command("show")
+@lake_app.command("show", context_settings=LAKE)
 def lake_show(ctx: typer.Context) -> None:
     """The lake the warehouse is bound to, and whether --lake is that lake."""
     from pipelines import lake as lake_files
     from pipelines.warehouse.binding import current, where
 
-    s = settings_of(ctx)
+    s = lake_settings(ctx)
     engine = warehouse_of(ctx)
     bound = current(engine)
     meta = lake_files.lake_meta(s.lake)
@@ -160,7 +162,39 @@ def lake_show(ctx: typer.Context) -> None:
         )
 
 
-@lake_app.command("rebind")
+@lake_app.command("files", context_settings=LAKE)
+def lake_files_command(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="events, outcomes, quarantine, allocations, ...")],
+    date: DateOpt = None,
+    start: FromOpt = None,
+    end: ToOpt = None,
+) -> None:
+    """The files a dataset's committed partitions hold now, one path per line (all dates, or --date or
+    --from/--to): what DuckDB, pyarrow or Spark should read. On an object store a partition's manifest
+    names them; files beside them are from commits not finished or superseded."""
+    from pipelines import lake as lake_files
+    from pipelines.runtime.options import CommonOptions, date_range
+
+    s = lake_settings(ctx)
+    names = sorted(
+        n.rsplit("/", 1)[-1]
+        for n in lake_files.list_folders(s.lake)
+        if not n.rsplit("/", 1)[-1].startswith(("_", "."))
+    )
+    if dataset not in names:
+        known = ", ".join(names) or "none"
+        raise UsageBillingError(f"no dataset {dataset!r} in the lake at {s.lake} (datasets there: {known})")
+    dates = lake_files.partition_dates(s.lake, dataset)
+    if date or start or end:
+        wanted = set(date_range(CommonOptions(dates_argv(date, start, end))))
+        dates = [d for d in dates if d in wanted]
+    for day in dates:
+        for path in lake_files.list_files(lake_files.partition(s.lake, dataset, day)):
+            sys.stdout.write(f"{path}\n")
+
+
+@lake_app.command("rebind", context_settings=LAKE)
 def lake_rebind(
     ctx: typer.Context,
     reason: Annotated[str, typer.Option("--reason", help="why (recorded with who and when)")],
@@ -168,7 +202,7 @@ def lake_rebind(
     """Point the warehouse at the lake given by --lake on purpose (a moved or restored lake)."""
     from pipelines.warehouse.binding import rebind
 
-    s = settings_of(ctx)
+    s = lake_settings(ctx)
     engine = warehouse_of(ctx)
     before, after = rebind(engine, s.lake, reason)
     was = f"lake {before.lake_id} at {before.lake_path}" if before else "no lake"
@@ -277,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.lake.paths import use_filesystem_options
 
     args = sys.argv[1:] if argv is None else argv
-    use_filesystem_options(args[args.index("--") + 1 :] if "--" in args else [])
     try:
+        use_filesystem_options(args[args.index("--") + 1 :] if "--" in args else [])
         app(args=argv, standalone_mode=False, prog_name="usage-billing")
     except (UsageBillingError, CatalogError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)

@@ -44,6 +44,18 @@ class Settings:
         return cls(**values)
 
     @property
+    def beam_args(self) -> list[str]:
+        """Beam flags for every pipeline a DAG task runs, and the lake's file-system flags for its other
+        lake access: ``USAGE_BILLING_BEAM_ARGS`` as shell words (``--runner=... --dask_client_address=...``),
+        what the command line takes after ``--``."""
+        import shlex
+
+        try:
+            return shlex.split(os.environ.get("USAGE_BILLING_BEAM_ARGS", ""))
+        except ValueError as exc:
+            raise UsageBillingError(f"USAGE_BILLING_BEAM_ARGS is not shell words: {exc}") from None
+
+    @property
     def exports(self) -> str:
         """Where the monthly DAG writes invoice exports: ``USAGE_BILLING_EXPORTS``, else beside the lake."""
         return os.environ.get("USAGE_BILLING_EXPORTS", str(Path(self.lake).parent / "exports"))

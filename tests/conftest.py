@@ -50,6 +50,15 @@ def small_landing(tmp_path_factory, catalog) -> Path:  # type: ignore[no-untyped
     return root
 
 
+@pytest.fixture(scope="session")
+def s3_endpoint():  # type: ignore[no-untyped-def]
+    """moto's S3 server on loopback for the session (``tests/s3.py``)."""
+    from tests.s3 import s3_server
+
+    with s3_server() as endpoint:
+        yield endpoint
+
+
 def small_dates() -> list[dt.date]:
     return [SMALL.start + dt.timedelta(days=i) for i in range(SMALL.days)]
 

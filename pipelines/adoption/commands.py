@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 from pipelines.runtime.console import (
+    LAKE,
+    lake_settings,
     out,
-    settings_of,
     step,
     warehouse_of,
 )
@@ -17,7 +18,7 @@ from pipelines.runtime.console import (
 retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and retirement reports.")
 
 
-@retirement_app.command("report")
+@retirement_app.command("report", context_settings=LAKE)
 def retirement_report(
     ctx: typer.Context,
     as_of: Annotated[str, typer.Option("--as-of", help="report date, YYYY-MM-DD (complete weeks up to it)")],
@@ -27,7 +28,7 @@ def retirement_report(
     from pipelines.adoption.retirement import run as report
     from pipelines.runtime.options import parse_date
 
-    s = settings_of(ctx)
+    s = lake_settings(ctx)
     engine = warehouse_of(ctx)
     with step(f"retirement report as of {as_of}"):
         data = report(engine, s.catalog, parse_date(as_of, "--as-of"), out_dir, s.lake)
@@ -38,7 +39,7 @@ def retirement_report(
     )
 
 
-@retirement_app.command("preview")
+@retirement_app.command("preview", context_settings=LAKE)
 def retirement_preview(
     ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", help="the model to retire")],
@@ -61,7 +62,7 @@ def retirement_preview(
     from pipelines.adoption.preview import preview
     from pipelines.adoption.preview_files import line, write
 
-    s = settings_of(ctx)
+    s = lake_settings(ctx)
     engine = warehouse_of(ctx)
     with step(f"migration preview of {model} in {month}"):
         result = preview(engine, s.catalog, s.lake, model, month, successor, tier)

@@ -9,10 +9,12 @@ import typer
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.console import (
     BEAM,
+    LAKE,
     DateOpt,
     FromOpt,
     ToOpt,
     dates_argv,
+    lake_settings,
     out,
     settings_of,
     step,
@@ -145,14 +147,14 @@ def print_ingest(result) -> None:  # type: ignore[no-untyped-def]
         )
 
 
-@dq_app.command("check")
+@dq_app.command("check", context_settings=LAKE)
 def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
     """Run the data-quality suite on committed partitions; store and render the results."""
     from pipelines.ingest import quality
     from pipelines.ingest.quality_pages import html_path, index_path
     from pipelines.runtime.options import CommonOptions, date_range
 
-    s = settings_of(ctx)
+    s = lake_settings(ctx)
     dates = date_range(CommonOptions(dates_argv(date, start, end)))
     engine = warehouse_of(ctx)
     with step("checking data quality"):
@@ -173,7 +175,7 @@ def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, en
     quality.require_passed(reports, s.lake)
 
 
-@dq_app.command("accept")
+@dq_app.command("accept", context_settings=LAKE)
 def dq_accept(
     ctx: typer.Context,
     date: Annotated[str, typer.Option("--date", help="the date whose failed gate is accepted")],
@@ -183,8 +185,9 @@ def dq_accept(
     from pipelines.ingest import quality
     from pipelines.runtime.options import parse_date
 
+    s = lake_settings(ctx)
     engine = warehouse_of(ctx)
-    checks = quality.accept_and_render(engine, settings_of(ctx).lake, parse_date(date), reason)
+    checks = quality.accept_and_render(engine, s.lake, parse_date(date), reason)
     out.print(
         f"accepted {', '.join(checks)} for {date}; rerun `usage-billing run-day --date {date}` to continue"
     )

@@ -57,7 +57,7 @@ class LakeShard:
         self.sub: tuple[int, int, int] | None = None  # (sub, subs, shards)
 
     def path(self, day: dt.date, name: str | None = None) -> str:
-        return lake.join(
+        return lake.partition_file(
             lake.partition(self.lake_root, self.dataset.name, day), name or shard_file(self.shard)
         )
 

@@ -17,7 +17,12 @@ from pipelines.settings import Settings
 
 
 def settings() -> Settings:
-    return Settings.from_env()
+    """The task's settings; the file-system flags of ``USAGE_BILLING_BEAM_ARGS`` configure its lake access."""
+    from pipelines.lake.paths import use_filesystem_options
+
+    s = Settings.from_env()
+    use_filesystem_options(s.beam_args)
+    return s
 
 
 def month_grace_days() -> int:
@@ -38,7 +43,8 @@ def ingest_day(day: str) -> dict:
     """Ingest one landing date; returns the run id and every event date whose partition changed."""
     from pipelines.jobs.run_day import ingest_step
 
-    result, todo = ingest_step(settings(), [dt.date.fromisoformat(day)])
+    s = settings()
+    result, todo = ingest_step(s, [dt.date.fromisoformat(day)], s.beam_args)
     return {
         "run_id": result.run_id,
         "dates": [d.isoformat() for d in todo],
@@ -68,7 +74,8 @@ def quality_gate(ingested: dict) -> list[str]:
 def aggregate_dates(dates: list[str]) -> list[str]:
     from pipelines.jobs.run_day import aggregate_step
 
-    aggregate_step(settings(), sorted(dt.date.fromisoformat(d) for d in dates))
+    s = settings()
+    aggregate_step(s, sorted(dt.date.fromisoformat(d) for d in dates), s.beam_args)
     return dates
 
 
@@ -77,7 +84,8 @@ def meter_dates(dates: list[str]) -> list[str]:
     reach, and every metered day an accounts load or a change of the catalog's plans made out of date."""
     from pipelines.jobs.run_day import meter_changed
 
-    return meter_changed(settings(), sorted(dt.date.fromisoformat(d) for d in dates))
+    s = settings()
+    return meter_changed(s, sorted(dt.date.fromisoformat(d) for d in dates), s.beam_args)
 
 
 def effectiveness_weeks(gated: list[str]) -> list[str]:
@@ -92,7 +100,7 @@ def effectiveness_weeks(gated: list[str]) -> list[str]:
         blocked = quality.blocked_dates(engine)
     from pipelines.effectiveness.pipeline import queued
 
-    weeks = effectiveness_step(s, skip=set(blocked))
+    weeks = effectiveness_step(s, s.beam_args, skip=set(blocked))
     with warehouse(s) as engine:
         waiting = {day for day, _, _ in queued(engine)}
     stopped = [d for d in blocked if d in waiting]  # left queued for the gate
@@ -112,7 +120,7 @@ def remeter_month(month: str) -> list[str]:
 
     s = settings()
     stale = out_of_date_days(s, month)
-    meter_runs(s, stale)
+    meter_runs(s, stale, s.beam_args)
     return [d.isoformat() for d in stale]
 
 

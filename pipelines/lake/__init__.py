@@ -44,6 +44,7 @@ from pipelines.lake.paths import (  # noqa: F401
     open_object,
     partition,
     partition_dates,
+    partition_file,
     read_json,
     staging,
     stamps,

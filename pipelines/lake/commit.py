@@ -3,9 +3,10 @@
 Writers never write into a live partition: a pipeline writes into ``<lake>/_staging/<run_id>/``, and
 ``commit`` swaps each staged partition in after the pipeline succeeded. On a local disk the swap is
 two directory renames (old aside, new in), and ``recover`` repairs a swap that a crash interrupted,
-so a reader sees either the old partition or the new one, never a mix. On object stores the files
-are copied one by one (object stores have no atomic multi-object rename). Also the lake's metadata
-file (its identity and shard count).
+so a reader sees either the old partition or the new one, never a mix. An object store has no
+rename, atomic or not: there a partition is a manifest (``_manifest.json``) naming its files, and a
+commit writes new files beside the old ones and then replaces the manifest in one object write
+(``_commit_manifest``). Also the lake's metadata file (its identity and shard count).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pipelines.errors import UsageBillingError
 from pipelines.lake.paths import (
     _OLD,
     DEFAULT_SHARDS,
+    MANIFEST,
     META_FILE,
     STAGING,
     exists,
@@ -30,11 +32,13 @@ from pipelines.lake.paths import (
     join,
     list_files,
     list_folders,
+    manifest_files,
     objects_under,
     read_json,
     staging,
     write_json,
 )
+from pipelines.runtime import faults
 
 # -- lake metadata ----------------------------------------------------------------------------
 
@@ -68,6 +72,7 @@ def shard_count(lake: str, requested: int | None = None) -> int:
     return shards
 
 
+FILES = "_files"  # where an object-store partition's committed files are stored, a folder per commit
 STAGE_MARKER = "_run.json"  # names the step that owns a staging folder
 
 
@@ -131,32 +136,56 @@ def commit(staged_dir: str, final_dir: str, run_id: str, carry_over: bool = Fals
     a run that rewrote only some shards of a date still commits the whole date at once. A staged
     folder that does not exist commits an empty partition.
     """
-    if is_local(staged_dir):
-        os.makedirs(staged_dir, exist_ok=True)
+    if not is_local(staged_dir):
+        _commit_manifest(staged_dir, final_dir, run_id, carry_over)
+        return
+    os.makedirs(staged_dir, exist_ok=True)
     if carry_over and folder_exists(final_dir):
         staged_names = {posixpath.basename(p) for p in list_files(staged_dir, "*")}
         for path in list_files(final_dir, "*"):
             name = posixpath.basename(path)
             if name not in staged_names:
                 target = join(staged_dir, name)
-                if is_local(path):
-                    os.link(path, target) if _same_device(path, staged_dir) else shutil.copy2(path, target)
-                else:
-                    FileSystems.copy([path], [target])
-    if is_local(final_dir):
-        os.makedirs(os.path.dirname(final_dir), exist_ok=True)
-        old = f"{final_dir}{_OLD}{run_id}"
-        had_old = os.path.isdir(final_dir)
-        if had_old:
-            os.rename(final_dir, old)
-        os.rename(staged_dir, final_dir)
-        if had_old:
-            shutil.rmtree(old, ignore_errors=True)
-        return
-    new_files = list_files(staged_dir, "*")
-    new_names = {posixpath.basename(p) for p in new_files}
-    FileSystems.copy(new_files, [join(final_dir, posixpath.basename(p)) for p in new_files])
-    stale = [p for p in list_files(final_dir, "*") if posixpath.basename(p) not in new_names]
+                os.link(path, target) if _same_device(path, staged_dir) else shutil.copy2(path, target)
+    os.makedirs(os.path.dirname(final_dir), exist_ok=True)
+    old = f"{final_dir}{_OLD}{run_id}"
+    had_old = os.path.isdir(final_dir)
+    if had_old:
+        os.rename(final_dir, old)
+    os.rename(staged_dir, final_dir)
+    if had_old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _commit_manifest(staged_dir: str, final_dir: str, run_id: str, carry_over: bool) -> None:
+    """An object store's commit: the staged files are copied under a folder of their own in the
+    partition (``_files/<commit>/``, where no reader looks), then the partition's manifest, which names
+    its files, is replaced in one object write: a reader that lists the partition through the manifest
+    sees the old files or the new ones. A commit killed before that write leaves the old manifest and
+    its files as they were. The files no manifest names any more are deleted last; those of the manifest
+    just replaced stay until the partition's next commit, for readers that had read it."""
+    old = manifest_files(final_dir)
+    if not old:  # a partition committed before manifests (or none): its files are its direct objects
+        old = {posixpath.basename(p): p for p in list_files(final_dir, "*")}
+    commit_id = f"{run_id}-{uuid.uuid4().hex[:8]}"
+    version = join(final_dir, FILES, commit_id)
+    staged = {posixpath.basename(p): p for p in list_files(staged_dir, "*")}
+    if staged:
+        names = sorted(staged)
+        FileSystems.copy([staged[n] for n in names], [join(version, n) for n in names])
+    files = {n: f"{FILES}/{commit_id}/{n}" for n in staged}
+    if carry_over:
+        prefix = join(final_dir, "")
+        for name, path in old.items():
+            if name not in files:
+                files[name] = path[len(prefix) :] if path.startswith(prefix) else path
+    faults.checkpoint("lake.manifest")
+    write_json(
+        join(final_dir, MANIFEST),
+        {"format_version": 1, "commit": commit_id, "run_id": run_id, "files": dict(sorted(files.items()))},
+    )
+    keep = {join(final_dir, MANIFEST), *(join(final_dir, f) for f in files.values()), *old.values()}
+    stale = [p for p in objects_under(final_dir) if p not in keep]
     if stale:
         FileSystems.delete(stale)
     _delete_tree(staged_dir)

@@ -25,6 +25,7 @@ OUTCOMES = "outcomes"
 QUARANTINE = "quarantine"
 STAGING = "_staging"
 META_FILE = "_lake.json"
+MANIFEST = "_manifest.json"  # an object-store partition's files (``commit.commit``)
 DEFAULT_SHARDS = 8
 _OLD = ".old-"
 ARROW_SCHEMA_KEY = b"ARROW:schema"  # where pyarrow keeps a file's Arrow schema in its footer
@@ -55,9 +56,57 @@ def use_filesystem_options(flags: list[str] | None = None) -> None:
     (listing, commits, the gate, reports, ``quota explain``): an ``s3://`` lake needs its client's
     options (``--s3_endpoint_url`` and friends after ``--``, or the standard ``AWS_*`` environment
     variables, which boto3 reads when no flag names them)."""
+    import argparse
+
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    set_filesystem_options(PipelineOptions(list(flags or [])))
+    try:  # the file-system flags among a run's Beam flags (the runner's own are not known here)
+        known, _ = _filesystem_parser().parse_known_args(list(flags or []))
+    except argparse.ArgumentError as exc:
+        raise UsageBillingError(f"{exc} (Beam's file-system flags)") from None
+    values = {k: v for k, v in vars(known).items() if v is not None and v is not False}
+    set_filesystem_options(PipelineOptions.from_dictionary(values))
+
+
+# Beam's option groups that configure a file system: what a command that runs no pipeline accepts after
+# ``--``, and what a Dask worker is given (``pipelines.runtime.dask``).
+FILESYSTEM_OPTION_GROUPS = ("S3Options", "AzureOptions", "HadoopFileSystemOptions", "GoogleCloudOptions")
+
+
+def _filesystem_parser():  # type: ignore[no-untyped-def]
+    import argparse
+
+    from apache_beam.options import pipeline_options
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for group in FILESYSTEM_OPTION_GROUPS:
+        getattr(pipeline_options, group)._add_argparse_args(parser)
+    return parser
+
+
+def filesystem_flags(flags: list[str]) -> list[str]:
+    """``flags`` checked to be Beam file-system flags only (``--s3_endpoint_url=...`` and friends):
+    a command that runs no pipeline takes nothing else, so a mistyped option is an error, not a Beam
+    flag silently dropped."""
+    import argparse
+
+    try:
+        _, unknown = _filesystem_parser().parse_known_args(list(flags))
+    except argparse.ArgumentError as exc:
+        raise UsageBillingError(f"{exc} (Beam's file-system flags)") from None
+    if unknown:
+        raise UsageBillingError(
+            f"unknown option {unknown[0]!r}: this command takes only Beam's file-system flags "
+            "(--s3_endpoint_url, --s3_region_name, ...) beyond its own options"
+        )
+    return list(flags)
+
+
+def filesystem_values(options) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The file-system settings among a run's Beam options (not the default ones), by Beam's name."""
+    names = {a.dest for a in _filesystem_parser()._actions}
+    given = options.get_all_options(drop_default=True, retain_unknown_options=False)
+    return {k: v for k, v in given.items() if k in names and v is not None}
 
 
 _S3_CLIENTS: dict[tuple, object] = {}
@@ -86,6 +135,8 @@ def _share_s3_clients() -> None:
         return
 
     def client(options):  # type: ignore[no-untyped-def]
+        if options is None:  # a worker process no one gave options: boto3's own (the AWS_* environment)
+            options = {}
         if isinstance(options, PipelineOptions):
             key = tuple(
                 sorted(options.view_as(S3Options).get_all_options(retain_unknown_options=False).items())
@@ -162,15 +213,50 @@ def list_folders(directory: str) -> list[str]:
 
 
 def list_files(directory: str, pattern: str = "*.parquet") -> list[str]:
-    """Files directly inside ``directory`` matching ``pattern``, sorted (empty if it does not exist)."""
+    """Files directly inside ``directory`` matching ``pattern``, sorted by name (empty if it does not
+    exist). On an object store a committed partition's files are the ones its manifest names
+    (``commit.commit``): the paths returned are where they are stored, under the names they have in
+    the partition."""
     if is_local(directory):
         if not os.path.isdir(directory):
             return []
         import fnmatch
 
         return sorted(join(directory, n) for n in os.listdir(directory) if fnmatch.fnmatch(n, pattern))
-    result = FileSystems.match([join(directory, pattern)])[0]
-    return sorted(m.path for m in result.metadata_list)
+    import fnmatch
+
+    found = FileSystems.match([join(directory, "*")])[0].metadata_list
+    listed = {posixpath.basename(m.path): m.path for m in found}
+
+    if MANIFEST in listed:
+        files = manifest_files(directory)
+        return [files[n] for n in sorted(files) if fnmatch.fnmatch(n, pattern)]
+    return [listed[n] for n in sorted(listed) if fnmatch.fnmatch(n, pattern)]
+
+
+def manifest_files(directory: str) -> dict[str, str]:
+    """name -> stored path of the files a partition's manifest names (empty without a manifest)."""
+    path = join(directory, MANIFEST)
+    try:
+        manifest = read_json(path)
+    except (OSError, ValueError) as exc:
+        if not exists(path):
+            return {}
+        raise UsageBillingError(f"cannot read the partition manifest {path}: {exc}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise UsageBillingError(f"{path} is not a partition manifest (no files object)")
+    return {name: join(directory, stored) for name, stored in manifest["files"].items()}
+
+
+def partition_file(directory: str, name: str) -> str:
+    """Where the file ``name`` of a committed partition is stored: ``directory/name`` on a local disk
+    (and on an object store without a manifest), else the path its manifest gives (a path that does
+    not exist when the manifest does not name it)."""
+    if is_local(directory):
+        return join(directory, name)
+    if not exists(join(directory, MANIFEST)):
+        return join(directory, name)
+    return manifest_files(directory).get(name, join(directory, name))
 
 
 def stamps(paths: list[str]) -> list[tuple[str, int, float]]:

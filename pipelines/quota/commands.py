@@ -10,10 +10,12 @@ import typer
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.console import (
     BEAM,
+    LAKE,
     DateOpt,
     FromOpt,
     ToOpt,
     dates_argv,
+    lake_settings,
     out,
     settings_of,
     step,
@@ -83,7 +85,7 @@ def quota_show(
         out.print(line, markup=False, highlight=False)
 
 
-@quota_app.command("explain")
+@quota_app.command("explain", context_settings=LAKE)
 def quota_explain(
     ctx: typer.Context,
     event_id: Annotated[str, typer.Option("--event-id", help="the event's id")],
@@ -96,7 +98,7 @@ def quota_explain(
     from pipelines.quota.explain import as_dict, explain_event, render
     from pipelines.runtime.options import parse_date
 
-    s = settings_of(ctx)
+    s = lake_settings(ctx)
     day = parse_date(date, "--date") if date is not None else None
     engine = warehouse_of(ctx)
     charge = explain_event(engine, s.lake, s.catalog, event_id, day)

@@ -85,7 +85,8 @@ def find_event(lake_root: str, event_id: str, day: dt.date | None = None) -> tup
     shard = int(shard_of(ids, lake.shard_count(lake_root))[0]) if lake.exists(meta) else None
     for d in sorted(dates, reverse=True):
         folder = lake.partition(lake_root, lake.EVENTS, d)
-        for data in [lake.join(folder, shard_file(shard))] if shard is not None else lake.list_files(folder):
+        candidates = [lake.partition_file(folder, shard_file(shard))] if shard is not None else None
+        for data in candidates or lake.list_files(folder):
             if not lake.exists(data) or (shard is not None and not _may_hold(folder, shard, wanted)):
                 continue
             rows = lake.read_parquet(data)
@@ -98,7 +99,7 @@ def find_event(lake_root: str, event_id: str, day: dt.date | None = None) -> tup
 
 def _may_hold(folder: str, shard: int, wanted: np.uint64) -> bool:
     """False only when the shard file's id-hash index is there and lacks the hash."""
-    index = lake.join(folder, index_file(shard))
+    index = lake.partition_file(folder, index_file(shard))
     if not lake.exists(index):
         return True
     # A local index is mapped, not read: a binary search touches a few pages of it.

@@ -213,7 +213,7 @@ def usable_state(lake_root: str, day: dt.date, stamps: StateStamps) -> list[str]
     """The files of the balances at the end of ``day`` if their stamp still matches and they are all
     there, else None."""
     folder = lake.partition(lake_root, POOL_STATE, day)
-    marker = lake.join(folder, STATE_STAMP)
+    marker = lake.partition_file(folder, STATE_STAMP)
     if not lake.exists(marker):
         return None
     try:

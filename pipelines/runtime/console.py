@@ -33,6 +33,7 @@ err = _console(stderr=True)
 out = _console(stderr=False)
 
 BEAM = {"allow_extra_args": True, "ignore_unknown_options": True}
+LAKE = BEAM  # a command that reads the lake outside a pipeline: file-system flags after -- (lake_settings)
 DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-DD")]
 FromOpt = Annotated[str | None, typer.Option("--from", help="first date of a range")]
 ToOpt = Annotated[str | None, typer.Option("--to", help="last date of a range")]
@@ -41,6 +42,16 @@ MonthOpt = Annotated[str, typer.Option("--month", help="account-local calendar m
 
 def settings_of(ctx: typer.Context) -> Settings:
     return ctx.find_root().obj
+
+
+def lake_settings(ctx: typer.Context) -> Settings:
+    """The settings of a command that reads the lake outside a pipeline (``context_settings=LAKE``):
+    the extra arguments it was given must be Beam's file-system flags (``--s3_endpoint_url=...``,
+    after ``--``), and they configure the lake's file access; anything else is an unknown option."""
+    from pipelines.lake.paths import filesystem_flags, use_filesystem_options
+
+    use_filesystem_options(filesystem_flags(ctx.args))
+    return settings_of(ctx)
 
 
 def warehouse_of(ctx: typer.Context) -> Engine:

@@ -9,7 +9,8 @@ A test sets ``USAGE_BILLING_FAULT=<checkpoint>:<action>[:<nth>]`` in a child pro
   waits until the file is removed (the test kills a database connection meanwhile, say).
 
 Checkpoints: ``lake.write`` (after each Parquet file a run writes into its staging),
-``lake.commit`` (after each partition swap of an ingest commit),
+``lake.commit`` (after each partition swap of an ingest commit), ``lake.manifest`` (an object-store
+commit's files copied, its manifest not yet replaced),
 ``warehouse.load.<table>`` (rows inserted, transaction still open), ``invoices.finalize`` (numbers
 given, not committed).
 """

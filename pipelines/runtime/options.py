@@ -60,9 +60,24 @@ def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineO
         if threads and not any(f.startswith("--direct_") for f in flags):
             workers = max(1, min(os.cpu_count() or 1, DEFAULT_THREADS))
             flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={workers}"]
+    dask = _on_dask(flags)
+    if dask:  # its options (--dask_client_address, ...) are known to Beam once its module is imported
+        import apache_beam.runners.dask.dask_runner  # noqa: F401
     options = PipelineOptions(flags)
     set_filesystem_options(options)  # the driver's own lake access (listing, commits) uses them too
+    if dask:
+        from pipelines.runtime.dask import prepare_workers
+
+        prepare_workers(options)
     return options
+
+
+def _on_dask(flags: list[str]) -> bool:
+    runner = [f.split("=", 1)[1] if "=" in f else None for f in flags if f.startswith("--runner")]
+    if "--runner" in flags:
+        at = flags.index("--runner")
+        runner.append(flags[at + 1] if at + 1 < len(flags) else None)
+    return any(r is not None and r.rsplit(".", 1)[-1] == "DaskRunner" for r in runner)
 
 
 def parse_date(value: str, what: str = "date") -> dt.date:

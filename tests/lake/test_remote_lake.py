@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from billing.plan import own_pool_models
+from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args, ingest_and_aggregate
 from pipelines.lake.paths import use_filesystem_options
@@ -25,13 +26,7 @@ from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, IngestRun, PoolUsage, UsageDaily
 from tests import memfs
 from tests.conftest import small_dates, table_rows
-from tests.s3 import S3_ENV, S3Store, s3_server
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():  # type: ignore[no-untyped-def]
-    with s3_server() as endpoint:
-        yield endpoint
+from tests.s3 import S3_ENV, S3Store
 
 
 @pytest.fixture(params=["memfs", pytest.param("s3", marks=pytest.mark.slow)])
@@ -77,12 +72,14 @@ def _local_events(lake: str) -> dict[str, object]:
 
 
 def _remote_events(store) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    prefix = f"{store.root}/lake/"
-    return {
-        path[len(prefix) :]: pq.read_table(io.BytesIO(store.get(path)))
-        for path, _, _ in store.under(f"{prefix}events/")
-        if path.endswith(".parquet")
-    }
+    """Each committed file as a reader finds it: through its partition's manifest, under its name."""
+    root = f"{store.root}/lake"
+    found = {}
+    for day in lake.partition_dates(root, lake.EVENTS):
+        for path in lake.list_files(lake.partition(root, lake.EVENTS, day)):
+            name = f"events/date={day}/{path.rsplit('/', 1)[-1]}"
+            found[name] = pq.read_table(io.BytesIO(store.get(path)))
+    return found
 
 
 def _same_events(local: dict, remote: dict) -> None:
@@ -127,8 +124,9 @@ def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_s
     _same_events(local, _remote_events(store))
     assert _runs(remote.database_url) == _runs(sqlite_settings.database_url)
     assert not store.under(f"{store.root}/lake/_staging/"), "a run left its staging behind"
-    quarantine = [p for p, _, _ in store.under(f"{store.root}/lake/quarantine/")]
-    assert len(quarantine) == len(dates)
+    root = f"{store.root}/lake"
+    quarantine = [lake.list_files(lake.partition(root, lake.QUARANTINE, d)) for d in dates]
+    assert [len(files) for files in quarantine] == [1] * len(dates)
 
     # What support and product teams read from the lake: why an event was charged, the backup tank.
     both = [(make_engine(s.database_url), s.lake) for s in (sqlite_settings, remote)]

@@ -1,0 +1,55 @@
+"""Beam's DaskRunner and the lake's file systems.
+
+Portable runners (Dataflow, Flink, Spark) hand each worker the pipeline's options, and their SDK
+harness gives them to Beam's file systems. The DaskRunner runs DoFns in Dask worker processes that
+nobody gives options: an ``s3://`` lake configured by ``--s3_*`` flags would be reached there with no
+endpoint or credentials at all. ``prepare_workers`` registers a worker plugin, before the pipeline
+runs, that gives every worker of the cluster (and any that joins later) the run's file-system settings.
+Settings taken from the environment (``AWS_*``) are the workers' own environment's.
+"""
+
+from __future__ import annotations
+
+from distributed import Client, WorkerPlugin
+
+from pipelines.errors import UsageBillingError
+from pipelines.lake.paths import filesystem_values
+
+PLUGIN = "usage-billing-filesystems"
+
+
+class FileSystemSettings(WorkerPlugin):
+    """Gives a worker's Beam file systems the driver's file-system settings."""
+
+    name = PLUGIN
+
+    def __init__(self, values: dict[str, object]) -> None:
+        self.values = values
+
+    def setup(self, worker) -> None:  # type: ignore[no-untyped-def]
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        from pipelines.lake.paths import set_filesystem_options
+
+        set_filesystem_options(PipelineOptions.from_dictionary(self.values))
+
+
+def prepare_workers(options) -> None:  # type: ignore[no-untyped-def]
+    """Register ``FileSystemSettings`` with the run's Dask cluster (``--dask_client_address`` or
+    ``--dask_scheduler_file``). Without either the DaskRunner starts a local cluster of its own, whose
+    workers inherit this process's environment but not its flags."""
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    dask = options.view_as(DaskOptions)
+    if not (dask.address or dask.scheduler_file):
+        return
+    timeout = dask.timeout if isinstance(dask.timeout, int) else 30
+    try:
+        client = Client(address=dask.address, scheduler_file=dask.scheduler_file, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        where = dask.address or dask.scheduler_file
+        raise UsageBillingError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
+    try:
+        client.register_plugin(FileSystemSettings(filesystem_values(options)), name=PLUGIN)
+    finally:
+        client.close()
