@@ -117,3 +117,73 @@ def test_every_airflow_command_in_the_docs_is_one_the_installed_airflow_has(tmp_
             if option not in text:
                 problems.append(f"{where}: `{command}`: `airflow {group} {name}` has no {option}")
     assert problems == []
+
+
+# Other tools the deployment recipe runs: (program, how many words name the subcommand).
+TOOLS = {"dask": 1, "pip": 1, "psql": 0}
+
+
+@pytest.mark.parametrize("program", sorted(TOOLS))
+def test_every_other_tool_command_in_the_docs_has_the_options_it_uses(program):
+    """``dask scheduler ...``, ``pip wheel ...``, ``psql ...``: each option against ``--help``."""
+    import shutil
+
+    commands = list(_commands(program))
+    if program == "pip":
+        commands += [(w, c.split("/", 2)[-1]) for w, c in _commands(".venv/bin/pip")]
+    commands = [(w, c) for w, c in commands if len(c.split()) > 1]
+    assert commands, f"the docs show no {program} command"
+    venv = Path(sys.executable).with_name(program)
+    binary = str(venv) if venv.exists() else shutil.which(program)
+    assert binary, f"{program} is not installed"
+    helps: dict[tuple[str, ...], str] = {}
+    problems = []
+    for where, command in commands:
+        words = shlex.split(command.replace("$(", "").replace(")", ""))[1:]
+        sub = tuple(w for w in words if not w.startswith("-"))[: TOOLS[program]]
+        if sub not in helps:
+            proc = subprocess.run([binary, *sub, "--help"], capture_output=True, text=True, timeout=60)
+            helps[sub] = proc.stdout if proc.returncode == 0 else ""
+        if not helps[sub]:
+            problems.append(f"{where}: `{command}`: {program} has no `{' '.join(sub)}`")
+            continue
+        for option in re.findall(r"(?:^|\s)(--?[a-zA-Z][a-zA-Z-]*)", command):
+            if not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", helps[sub]):
+                problems.append(f"{where}: `{command}`: `{program} {' '.join(sub)}` has no {option}")
+    assert problems == []
+
+
+def test_every_beam_flag_after_the_double_dash_in_the_docs_is_one_beam_knows():
+    """The flags after ``--`` in ``usage-billing`` commands (and in ``USAGE_BILLING_BEAM_ARGS``) parse
+    as Beam pipeline options, the DaskRunner's included: a misspelt flag would be dropped by Beam with
+    a warning, and the run would go elsewhere than the docs say."""
+    import argparse
+
+    import apache_beam.runners.dask.dask_runner  # noqa: F401  # registers the DaskRunner's options
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    def groups(cls):  # type: ignore[no-untyped-def]
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from groups(sub)
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for group in {*groups(PipelineOptions)}:
+        try:
+            group._add_argparse_args(parser)
+        except argparse.ArgumentError:
+            continue  # a group that repeats another's flag
+    flags = []
+    for where, command in _commands("usage-billing"):
+        words = command.split()
+        if "--" in words:
+            flags += [(where, w) for w in words[words.index("--") + 1 :] if w.startswith("--")]
+    for path in DOCS:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if "USAGE_BILLING_BEAM_ARGS=" in line and '"' in line:
+                value = line.split("USAGE_BILLING_BEAM_ARGS=", 1)[1].split('"')[1]
+                flags += [(f"{path.name}:{number}", w) for w in value.split()]
+    assert len(flags) > 10
+    known = {o for action in parser._actions for o in action.option_strings}
+    problems = [f"{w}: {f}" for w, f in flags if f.split("=")[0] not in known]
+    assert problems == []

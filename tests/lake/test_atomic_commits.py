@@ -147,3 +147,30 @@ def test_carry_over_keeps_the_files_a_run_did_not_rewrite_and_a_partition_before
     ]
     assert lake.partition_file(final, "shard-0001.parquet") == f"{final}/shard-0001.parquet"
     assert "/_files/run-1-" in lake.partition_file(final, "shard-0000.parquet")
+
+
+def test_lake_files_prints_what_a_reader_should_read(bucket, s3_endpoint, capsys, monkeypatch):
+    """``usage-billing lake files``: the manifest's files, not the killed or replaced commits' beside
+    them; configured here by Beam's flags alone; an unknown dataset or option is one line."""
+    from pipelines.cli import main
+
+    final = _final(bucket)
+    lake.commit(_stage(bucket, 1), final, "run-1")
+    lake.commit(_stage(bucket, 2, FILES[:2]), final, "run-2")
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name)
+    use_filesystem_options([])
+    flags = ["--", f"--s3_endpoint_url={s3_endpoint}", "--s3_access_key_id=test",
+             "--s3_secret_access_key=test", "--s3_region_name=us-east-1"]  # fmt: skip
+    root = ["--lake", f"{bucket.root}/lake"]
+    capsys.readouterr()
+    assert main([*root, "lake", "files", "events", "--date", "2026-03-02", *flags]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == lake.list_files(final) and len(printed) == 2
+    assert all("/_files/run-2-" in p for p in printed)
+    assert len([p for p, _, _ in bucket.under(f"{final}/") if p.endswith(".parquet")]) == 5  # run-1's kept
+
+    assert main([*root, "lake", "files", "evnets", *flags]) == 2
+    assert "no dataset 'evnets'" in capsys.readouterr().err
+    assert main([*root, "lake", "files", "events", "--dte", "2026-03-02", *flags]) == 2
+    assert "unknown option '--dte'" in capsys.readouterr().err
