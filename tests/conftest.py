@@ -59,6 +59,21 @@ def s3_endpoint():  # type: ignore[no-untyped-def]
         yield endpoint
 
 
+@pytest.fixture(scope="module")
+def dask_address():  # type: ignore[no-untyped-def]
+    """A dask.distributed cluster of 2 worker processes (one thread each) for a test module; the
+    scheduler's address, for ``--dask_client_address``."""
+    import distributed
+
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    client = distributed.Client(cluster)
+    yield cluster.scheduler_address
+    client.close()
+    cluster.close()
+
+
 def small_dates() -> list[dt.date]:
     return [SMALL.start + dt.timedelta(days=i) for i in range(SMALL.days)]
 

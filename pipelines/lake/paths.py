@@ -1,7 +1,9 @@
 """Lake paths and objects: where a dataset's partitions live, listing, small JSON files.
 
 The lake is Parquet partitions ``<lake>/<dataset>/date=YYYY-MM-DD/*.parquet``. Paths go through
-Beam's ``FileSystems``, so a ``gs://`` or ``s3://`` lake works like a local one.
+Beam's ``FileSystems``, so a ``gs://`` or ``s3://`` lake works like a local one. On an object store
+a committed partition's files are the ones its manifest (``_manifest.json``) names (``commit.py``):
+``list_files`` and ``partition_file`` read through it.
 """
 
 from __future__ import annotations
@@ -227,7 +229,6 @@ def list_files(directory: str, pattern: str = "*.parquet") -> list[str]:
 
     found = FileSystems.match([join(directory, "*")])[0].metadata_list
     listed = {posixpath.basename(m.path): m.path for m in found}
-
     if MANIFEST in listed:
         files = manifest_files(directory)
         return [files[n] for n in sorted(files) if fnmatch.fnmatch(n, pattern)]

@@ -5,7 +5,8 @@ harness gives them to Beam's file systems. The DaskRunner runs DoFns in Dask wor
 nobody gives options: an ``s3://`` lake configured by ``--s3_*`` flags would be reached there with no
 endpoint or credentials at all. ``prepare_workers`` registers a worker plugin, before the pipeline
 runs, that gives every worker of the cluster (and any that joins later) the run's file-system settings.
-Settings taken from the environment (``AWS_*``) are the workers' own environment's.
+Settings taken from the environment (``AWS_*``) are the workers' own environment's. It also spreads the
+run over the cluster's workers (``PARTITIONS_PER_THREAD``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from pipelines.errors import UsageBillingError
 from pipelines.lake.paths import filesystem_values
 
 PLUGIN = "usage-billing-filesystems"
+# The DaskRunner splits each Create into partitions of 128 elements by default, and every later step
+# keeps the partitions of its input: the few hundred read units of a day made one partition, so one
+# worker did all the work while the others idled. Without --dask_npartitions or --dask_partition_size,
+# a run gets this many partitions per worker thread of the cluster.
+PARTITIONS_PER_THREAD = 2
 
 
 class FileSystemSettings(WorkerPlugin):
@@ -51,5 +57,8 @@ def prepare_workers(options) -> None:  # type: ignore[no-untyped-def]
         raise UsageBillingError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
     try:
         client.register_plugin(FileSystemSettings(filesystem_values(options)), name=PLUGIN)
+        if not (dask.npartitions or dask.partition_size):
+            threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+            dask.npartitions = PARTITIONS_PER_THREAD * max(1, threads)
     finally:
         client.close()

@@ -186,6 +186,16 @@ def run_pipeline(options: PipelineOptions) -> Iterator:  # type: ignore[type-arg
         if message == str(exc):
             raise
         raise type(exc)(message) from None
+    finally:
+        _close_runner_client(pipeline)
+
+
+def _close_runner_client(pipeline) -> None:  # type: ignore[no-untyped-def]
+    """The DaskRunner connects a client to the cluster for each run and leaves it open (an Airflow
+    worker running one pipeline after another would pile them up); its result holds it."""
+    client = getattr(getattr(pipeline, "result", None), "client", None)
+    if client is not None and hasattr(client, "close"):
+        client.close()
 
 
 # -- several outputs without tagged outputs ----------------------------------------------------

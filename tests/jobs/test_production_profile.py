@@ -45,18 +45,6 @@ CONFIG = GeneratorConfig(
 VOLATILE = {"run_id", "invoice_id", "corrects", "lake_id", "lake_path", "bound_by", "details"}
 
 
-@pytest.fixture(scope="module")
-def dask_address():  # type: ignore[no-untyped-def]
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    )
-    client = distributed.Client(cluster)
-    yield cluster.scheduler_address
-    client.close()
-    cluster.close()
-
-
 def _catalog(tmp_path: Path) -> str:
     """The catalog with no grace days: three landing days close February (it began on the 27th)."""
     path = tmp_path / "catalog.toml"

@@ -21,18 +21,6 @@ from tests.conftest import small_dates, table_rows
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def dask_address():  # type: ignore[no-untyped-def]
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    )
-    client = distributed.Client(cluster)
-    yield cluster.scheduler_address
-    client.close()
-    cluster.close()
-
-
 def _rows(url: str) -> list[tuple]:
     return table_rows(url, UsageDaily)
 
