@@ -159,6 +159,43 @@ def _share_s3_clients() -> None:
     s3io._shared_clients = True
 
 
+_REACHED: set[tuple[str, int]] = set()
+
+
+def check_reachable(root: str) -> None:
+    """An ``s3://`` root's bucket answers with the options in force, or one line saying why not.
+
+    Beam's S3 client retries an unreachable endpoint or missing credentials with exponential back-off
+    for minutes, logging a traceback at each attempt, before the command fails: a run checks the
+    bucket once first (botocore's own few retries only). Other roots: nothing to check here."""
+    if not root.startswith("s3://"):
+        return
+    from apache_beam.io.aws import s3io
+
+    _share_s3_clients()
+    bucket = root[len("s3://") :].split("/", 1)[0]
+    client = s3io.boto3_client.Client(options=FileSystems._pipeline_options).client
+    if (bucket, id(client)) in _REACHED:
+        return
+    import botocore.exceptions as boto
+
+    where = f"the bucket of {root}"
+    try:
+        client.head_bucket(Bucket=bucket)
+    except boto.NoCredentialsError:
+        raise UsageBillingError(
+            f"no AWS credentials to read {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an "
+            "instance role), or pass --s3_access_key_id and --s3_secret_access_key after --"
+        ) from None
+    except boto.ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        why = {403: "access denied: check the credentials and the bucket's policy", 404: "no such bucket"}
+        raise UsageBillingError(f"cannot read {where}: {why.get(status, exc)}") from None
+    except boto.BotoCoreError as exc:  # no connection, a bad endpoint URL, a timeout
+        raise UsageBillingError(f"cannot reach {where}: {exc}") from None
+    _REACHED.add((bucket, id(client)))
+
+
 def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 

@@ -48,10 +48,12 @@ def lake_settings(ctx: typer.Context) -> Settings:
     """The settings of a command that reads the lake outside a pipeline (``context_settings=LAKE``):
     the extra arguments it was given must be Beam's file-system flags (``--s3_endpoint_url=...``,
     after ``--``), and they configure the lake's file access; anything else is an unknown option."""
-    from pipelines.lake.paths import filesystem_flags, use_filesystem_options
+    from pipelines.lake.paths import check_reachable, filesystem_flags, use_filesystem_options
 
     use_filesystem_options(filesystem_flags(ctx.args))
-    return settings_of(ctx)
+    settings = settings_of(ctx)
+    check_reachable(settings.lake)
+    return settings
 
 
 def warehouse_of(ctx: typer.Context) -> Engine:

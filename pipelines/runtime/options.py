@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
-from pipelines.lake.paths import set_filesystem_options
+from pipelines.lake.paths import check_reachable, set_filesystem_options
 from pipelines.runtime.startup import collect_from_here
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
 from schemas.limits import date_problem
@@ -65,6 +65,9 @@ def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineO
         import apache_beam.runners.dask.dask_runner  # noqa: F401
     options = PipelineOptions(flags)
     set_filesystem_options(options)  # the driver's own lake access (listing, commits) uses them too
+    common = options.view_as(CommonOptions)
+    for root in (common.lake, common.landing):
+        check_reachable(root)
     if dask:
         from pipelines.runtime.dask import prepare_workers
 
