@@ -11,9 +11,13 @@ run over the cluster's workers (``PARTITIONS_PER_THREAD``).
 
 from __future__ import annotations
 
-from distributed import Client, WorkerPlugin
-
 from pipelines.errors import UsageBillingError
+
+try:
+    from distributed import Client, WorkerPlugin
+except ImportError:  # without the dask extra: prepare_workers says so
+    Client = None  # type: ignore[assignment,misc]
+    WorkerPlugin = object  # type: ignore[assignment,misc]
 from pipelines.lake.paths import filesystem_values
 
 PLUGIN = "usage-billing-filesystems"
@@ -44,6 +48,8 @@ def prepare_workers(options) -> None:  # type: ignore[no-untyped-def]
     """Register ``FileSystemSettings`` with the run's Dask cluster (``--dask_client_address`` or
     ``--dask_scheduler_file``). Without either the DaskRunner starts a local cluster of its own, whose
     workers inherit this process's environment but not its flags."""
+    if Client is None:
+        raise UsageBillingError("the DaskRunner needs dask.distributed: pip install 'usage-billing[dask]'")
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
     dask = options.view_as(DaskOptions)
