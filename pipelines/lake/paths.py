@@ -58,14 +58,9 @@ def use_filesystem_options(flags: list[str] | None = None) -> None:
     (listing, commits, the gate, reports, ``quota explain``): an ``s3://`` lake needs its client's
     options (``--s3_endpoint_url`` and friends after ``--``, or the standard ``AWS_*`` environment
     variables, which boto3 reads when no flag names them)."""
-    import argparse
-
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    try:  # the file-system flags among a run's Beam flags (the runner's own are not known here)
-        known, _ = _filesystem_parser().parse_known_args(list(flags or []))
-    except argparse.ArgumentError as exc:
-        raise UsageBillingError(f"{exc} (Beam's file-system flags)") from None
+    known, _ = _parse_filesystem_flags(flags or [])  # the runner's own flags are not known here
     values = {k: v for k, v in vars(known).items() if v is not None and v is not False}
     set_filesystem_options(PipelineOptions.from_dictionary(values))
 
@@ -86,16 +81,21 @@ def _filesystem_parser():  # type: ignore[no-untyped-def]
     return parser
 
 
+def _parse_filesystem_flags(flags: list[str]):  # type: ignore[no-untyped-def]
+    """(the file-system flags as a namespace, the other arguments); a malformed flag is one line."""
+    import argparse
+
+    try:
+        return _filesystem_parser().parse_known_args(list(flags))
+    except argparse.ArgumentError as exc:
+        raise UsageBillingError(f"{exc} (Beam's file-system flags)") from None
+
+
 def filesystem_flags(flags: list[str]) -> list[str]:
     """``flags`` checked to be Beam file-system flags only (``--s3_endpoint_url=...`` and friends):
     a command that runs no pipeline takes nothing else, so a mistyped option is an error, not a Beam
     flag silently dropped."""
-    import argparse
-
-    try:
-        _, unknown = _filesystem_parser().parse_known_args(list(flags))
-    except argparse.ArgumentError as exc:
-        raise UsageBillingError(f"{exc} (Beam's file-system flags)") from None
+    _, unknown = _parse_filesystem_flags(flags)
     if unknown:
         raise UsageBillingError(
             f"unknown option {unknown[0]!r}: this command takes only Beam's file-system flags "
@@ -291,8 +291,6 @@ def partition_file(directory: str, name: str) -> str:
     (and on an object store without a manifest), else the path its manifest gives (a path that does
     not exist when the manifest does not name it)."""
     if is_local(directory):
-        return join(directory, name)
-    if not exists(join(directory, MANIFEST)):
         return join(directory, name)
     return manifest_files(directory).get(name, join(directory, name))
 
