@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.events import SPEED_TIERS
-from schemas.limits import MAX_ALLOWANCE_TOKENS, date_problem, id_problem
+from schemas.limits import MAX_ALLOWANCE_TOKENS, catalog_id_problem, date_problem
 
 TOKEN_KINDS: tuple[str, ...] = ("input", "cached_input", "output")
 PERIODS: tuple[str, ...] = ("day", "week", "month")
@@ -38,7 +38,7 @@ class _Strict(BaseModel):
             values = value if isinstance(value, list) else [value]
             for v in values:
                 if name in _ID_FIELDS and isinstance(v, str) and v != "*":
-                    problem = id_problem(v)
+                    problem = catalog_id_problem(v)
                     if problem:
                         raise ValueError(f"{name} {v!r} {problem}")
                 if isinstance(v, dt.date):

@@ -28,14 +28,19 @@ from schemas.events import (
     TOKEN_FIELDS,
 )
 from schemas.jsonl import ROW_NUMBER
-from schemas.limits import MAX_DURATION_MS, MAX_TOKENS_LIMIT
+from schemas.limits import (
+    DEFAULT_MAX_TOKENS_PER_EVENT,
+    MAX_DURATION_MS,
+    MAX_ID_LENGTH,
+    MAX_TOKENS_LIMIT,
+    looks_alike,
+)
 
 _ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?"
 _ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
 
 
 ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code", "task_id")
-MAX_ID_LENGTH = 200  # the warehouse stores ids as VARCHAR(200)
 BLANK_CHECKED = ("event_id", "account_id")  # required ids: empty or only white space is no id
 _CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE2's syntax
 
@@ -44,7 +49,7 @@ _CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE
 class Rules:
     models: frozenset[str]
     lateness_days: int = 35
-    max_tokens_per_event: int = 10_000_000
+    max_tokens_per_event: int = DEFAULT_MAX_TOKENS_PER_EVENT
     future_slack_hours: int = 24
     # (model, tier) -> the first UTC day a price is in force (prices never end: the newest
     # effective_from <= day applies). A pair missing here has no price at all.
@@ -162,6 +167,8 @@ def validate(
         control |= _control_characters(raw[name])
     checks.append(("value_too_long", too_long))
     checks.append(("control_character", control))
+    blank = dict(checks)["empty_account_id"]  # told as empty, not as a look-alike
+    checks.append(("non_canonical_account_id", non_canonical(raw["account_id"]) & ~blank))
     if SPEC_OK in raw.column_names:
         checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
     checks.append(("unknown_model", _not_in(raw["model"], rules.models)))
@@ -292,6 +299,24 @@ def _control_characters(col: pa.ChunkedArray) -> np.ndarray:
     if suspect.any():
         idx = np.flatnonzero(suspect)
         suspect[idx] = _per_value(col.take(pa.array(idx)), lambda c: pc.match_substring_regex(c, _CONTROL))
+    return suspect
+
+
+def non_canonical(col: pa.ChunkedArray) -> np.ndarray:
+    """Account ids that look like another id (``schemas.limits.looks_alike``). Lower-case printable
+    ASCII without a space (nearly every id) is cleared by cheap kernels; the rule itself runs once per
+    distinct other value (Arrow's own NFC/NFKC does not compose, so it cannot be used here)."""
+
+    def suspect_values(c: pa.Array) -> pa.Array:
+        text = c.cast(pa.string())
+        return pc.or_(pc.invert(pc.ascii_is_printable(text)), pc.match_substring_regex(text, "[A-Z ]"))
+
+    suspect = _per_value(col, suspect_values) & ~_missing(col)
+    if suspect.any():
+        idx = np.flatnonzero(suspect)
+        values = col.take(pa.array(idx)).cast(pa.string())
+        alike = [v for v in pc.unique(values).to_pylist() if looks_alike(v)]
+        suspect[idx] = _np_mask(pc.is_in(values, value_set=pa.array(alike, pa.string())))
     return suspect
 
 

@@ -2,7 +2,8 @@
 
 Reasons: ``missing_<field>`` for a required field, ``bad_`` / ``naive_started_at`` and
 ``completed_at`` (not a time, or no zone), ``empty_task_id`` / ``empty_account_id``, ``value_too_long``
-(ids over 200 characters, a task class over 64), ``control_character``, ``unsupported_specversion``,
+(ids over 200 characters, a task class over 64), ``control_character``,
+``non_canonical_account_id`` (a look-alike account id: ``schemas.limits``), ``unsupported_specversion``,
 ``unknown_outcome``, ``completed_before_started``, ``task_too_long`` (open more than MAX_TASK_DAYS),
 ``negative_rework_ms``, ``rework_ms_without_rework``, ``rework_on_abandoned``, ``rework_exceeds_task``
 (more rework than the task's duration), ``future_outcome`` and ``too_late`` (completed_at outside the
@@ -20,7 +21,6 @@ import pyarrow.compute as pc
 from pipelines.ingest.datasets import OUTCOMES
 from pipelines.ingest.readers import SPEC_OK, RawChunk
 from pipelines.ingest.validate import (
-    MAX_ID_LENGTH,
     Rules,
     _blank,
     _control_characters,
@@ -30,9 +30,11 @@ from pipelines.ingest.validate import (
     _split,
     _time_window,
     _too_long,
+    non_canonical,
     parse_event_time,
 )
 from schemas import outcomes as oc
+from schemas.limits import MAX_ID_LENGTH
 
 _MS_US = 1000
 
@@ -61,6 +63,8 @@ def validate_outcomes(
         control |= _control_characters(raw[name])
     checks.append(("value_too_long", too_long))
     checks.append(("control_character", control))
+    blank = dict(checks)["empty_account_id"]  # told as empty, not as a look-alike
+    checks.append(("non_canonical_account_id", non_canonical(raw["account_id"]) & ~blank))
     if SPEC_OK in raw.column_names:
         checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
     checks.append(("unknown_outcome", _not_in(raw["outcome"], oc.OUTCOMES)))

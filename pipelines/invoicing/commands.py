@@ -9,6 +9,7 @@ import typer
 
 from pipelines.runtime.console import (
     MonthOpt,
+    OptionalAccountOpt,
     err,
     out,
     settings_of,
@@ -74,9 +75,7 @@ def invoices_export(
         str,
         typer.Option("--format", help="one or more of csv, parquet, html, pdf, comma separated"),
     ] = "csv,html",
-    account: Annotated[
-        str | None, typer.Option("--account", help="only this account's documents (as support would)")
-    ] = None,
+    account: OptionalAccountOpt = None,
 ) -> None:
     """Write the month's numbered documents: CSV or Parquet for finance, HTML and PDF for customers."""
     from pipelines.invoicing.export import export

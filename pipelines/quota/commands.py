@@ -11,6 +11,7 @@ from pipelines.errors import UsageBillingError
 from pipelines.runtime.console import (
     BEAM,
     LAKE,
+    AccountOpt,
     DateOpt,
     FromOpt,
     ToOpt,
@@ -71,7 +72,7 @@ def _meter_stale(s, beam_args: list[str]) -> None:  # type: ignore[no-untyped-de
 @quota_app.command("show")
 def quota_show(
     ctx: typer.Context,
-    account: Annotated[str, typer.Option("--account", help="account id")],
+    account: AccountOpt,
     at: Annotated[str | None, typer.Option("--at", help="ISO time with zone (default: now)")] = None,
 ) -> None:
     """Each pool of the account's plan at a moment: allowance, used, remaining and when it resets."""

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from pipelines.settings import Settings
+from schemas.limits import account_id_problem
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -38,6 +39,22 @@ DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-D
 FromOpt = Annotated[str | None, typer.Option("--from", help="first date of a range")]
 ToOpt = Annotated[str | None, typer.Option("--to", help="last date of a range")]
 MonthOpt = Annotated[str, typer.Option("--month", help="account-local calendar month, YYYY-MM")]
+
+
+
+def _account_id(value: str | None) -> str | None:
+    """An account id on the command line obeys the rule every entry point does (schemas.limits)."""
+    problem = None if value is None else account_id_problem(value)
+    if problem:
+        raise typer.BadParameter(f"account id {value!r} {problem}", param_hint="'--account'")
+    return value
+
+
+AccountOpt = Annotated[str, typer.Option("--account", help="account id", callback=_account_id)]
+OptionalAccountOpt = Annotated[
+    str | None,
+    typer.Option("--account", help="only this account's documents (as support would)", callback=_account_id),
+]
 
 
 def settings_of(ctx: typer.Context) -> Settings:

@@ -31,6 +31,9 @@ def event(eid: str, **over: object) -> dict:
 
 
 _DROP = object()
+# Each names the same customer as a canonical id to a person's eye; none may become a second customer.
+LOOKALIKES = (" acct-bad-corpus", "acct-bad-corpus ", "acct-bad\u200b-corpus", "acct-bad-corpus\uff11",
+              "ACCT-bad-corpus", "acct-bad-corpu\u0073\u0301", "acct\u00a0bad", "acct-bad\u2028x")
 
 
 def line(obj: object) -> bytes:
@@ -133,7 +136,7 @@ def cases() -> list[Case]:
         _jsonl("conflicting_ids.jsonl", "the same event_id with another payload",
                [line(event("conflicting_ids-good", input_tokens=99_999))], {"conflicting_duplicate": 1}),
         _jsonl("hostile_but_valid.jsonl", "quotes, semicolons and unicode are data, not SQL",
-               [line(event("h1", account_id="acct'; DROP TABLE usage_daily; --")),
+               [line(event("h1", account_id="acct';drop/**/table/**/usage_daily;--")),
                 line(event("h2", account_id="акаунт-😀", user_id='"quoted"'))], {}, clean=3),
         Case("utf8_bom.jsonl", "a UTF-8 byte order mark before the first line (accepted)",
              "\ufeff".encode() + line(event("bom-1")) + b"\n" + line(event("bom-2")) + b"\n", {}, clean=2),
@@ -177,6 +180,10 @@ def cases() -> list[Case]:
                {"empty_account_id": 1}),
         _jsonl("blank_account.jsonl", "an account_id of ideographic spaces only",
                [line(event("ba", account_id="\u3000\u3000"))], {"empty_account_id": 1}),
+        _jsonl("lookalike_accounts.jsonl", "look-alikes of acct-bad-corpus: spaces around it, a zero-width "
+               "space, a fullwidth digit, upper case, a decomposed accent (NFD) against the composed one",
+               [line(event(f"la-{i}", account_id=a)) for i, a in enumerate(LOOKALIKES)],
+               {"non_canonical_account_id": len(LOOKALIKES)}),
         _jsonl("blank_event_id.jsonl", "an event_id of spaces only", [line(event("   "))], {"empty_event_id": 1}),
         _jsonl("huge_duration.jsonl", "a duration of 2^62 ms (its day's sum would overflow)",
                [line(event("hd", duration_ms=4611686018427387904))], {"duration_out_of_range": 1}),
