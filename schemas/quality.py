@@ -48,6 +48,11 @@ class Check:
         )
 
 
+def check_dataset(name: str) -> str:
+    """The dataset a stored check judges, from its name: the task outcomes' checks are ``outcome_*``."""
+    return "outcomes" if name.startswith("outcome_") else "events"
+
+
 def partition_checks(models: list[str], max_tokens_per_event: int, volume_factor: float = 3.0) -> list[Check]:
     checks = [
         Check(

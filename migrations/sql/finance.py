@@ -249,14 +249,35 @@ FROM billable b LEFT JOIN invoiced iv ON iv.month = b.month
 WHERE b.tokens <> coalesce(iv.tokens, 0)"""
 
 
+def _unknown(dialect: str) -> str:
+    """``finance_unknown_accounts`` (revision 0019 on): each document of an account the accounts table
+    has never held (or held only after its month was accepted), its usage tokens and total, and the
+    recorded acceptance that let it be numbered (none: ``finalize`` refuses its month)."""
+    charge = "coalesce(l.adjusted_type, l.line_type)"
+    return f"""
+SELECT i.period AS month, i.account_id, i.invoice_id, i.invoice_number, i.kind AS document, i.status,
+       coalesce(t.tokens, 0) AS tokens, {_cents("i.total", dialect)} AS total, i.currency,
+       CASE WHEN a.account_id IS NULL THEN 'not accepted' ELSE 'accepted' END AS acceptance,
+       a.accepted_at, a.accepted_by, a.reason
+FROM invoices i
+LEFT JOIN (
+  SELECT l.invoice_id, sum(l.quantity) AS tokens FROM invoice_lines l
+  WHERE {charge} IN ('included_usage', 'overage_usage') GROUP BY l.invoice_id
+) t ON t.invoice_id = i.invoice_id
+LEFT JOIN unknown_account_acceptances a ON a.period = i.period AND a.account_id = i.account_id
+WHERE a.account_id IS NOT NULL OR i.account_id NOT IN (SELECT account_id FROM accounts)"""
+
+
 GAPS_VIEW = "finance_reconciliation_gaps"
 PLANS_VIEW = "finance_invoice_plans"
-LATER_VIEWS = (GAPS_VIEW, PLANS_VIEW)  # made by later revisions: dropped only where they exist
+UNKNOWN_VIEW = "finance_unknown_accounts"
+LATER_VIEWS = (GAPS_VIEW, PLANS_VIEW, UNKNOWN_VIEW)  # made by later revisions: dropped only where they exist
 
 
-def create(conn: Connection, gaps: bool = False, documents: bool = False) -> None:
+def create(conn: Connection, gaps: bool = False, documents: bool = False, unknown: bool = False) -> None:
     """Create the views; ``gaps``: with ``finance_reconciliation_gaps`` (revision 0016 on);
-    ``documents``: the document views of revision 0018 (every later migration passes both)."""
+    ``documents``: the document views of revision 0018; ``unknown``: ``finance_unknown_accounts``
+    (revision 0019; every later migration passes all three)."""
     from sqlalchemy import inspect
 
     dialect = conn.dialect.name
@@ -266,6 +287,8 @@ def create(conn: Connection, gaps: bool = False, documents: bool = False) -> Non
         views[GAPS_VIEW] = _gaps(dialect)
     if documents:
         views.update(_document_views(dialect))
+    if unknown:
+        views[UNKNOWN_VIEW] = _unknown(dialect)
     for name, body in views.items():
         conn.exec_driver_sql(f"CREATE VIEW {name} AS {body}")
     if dialect != "postgresql":

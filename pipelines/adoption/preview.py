@@ -241,19 +241,27 @@ def preview(
     """The migration preview of ``model`` in ``month`` (see the module's docstring). Reads only."""
     from pipelines.warehouse.accounts import load_accounts_table
     from pipelines.warehouse.binding import require_lake
+    from pipelines.warehouse.gate import held_back
 
     request = resolve(catalog, model, month, successor, tier)
     require_lake(engine, lake_root, "retirement preview", bind=False)
     accounts = load_accounts_table(engine)
-    return compute(catalog, lake_root, accounts, request, tier)
+    return compute(catalog, lake_root, accounts, request, tier, frozenset(held_back(engine)))
 
 
 def compute(
-    catalog: Catalog, lake_root: str, accounts: pa.Table, request: Request, asked: str
+    catalog: Catalog,
+    lake_root: str,
+    accounts: pa.Table,
+    request: Request,
+    asked: str,
+    held: frozenset[dt.date] = frozenset(),
 ) -> PreviewResult:
+    """``held``: UTC dates the data-quality gate holds back, read as if they were not there (as the
+    month's metering reads them)."""
     first, last = month_bounds(request.month)
     index = AccountIndex(accounts)
-    events, affected = read_events(lake_root, catalog, index, request.month, request.model)
+    events, affected = read_events(lake_root, catalog, index, request.month, request.model, held)
     if events is None or len(affected) == 0:
         raise UsageBillingError(
             f"cannot preview {request.month}: no account used {request.model} on a local day of "

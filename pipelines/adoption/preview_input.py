@@ -18,9 +18,12 @@ from pipelines.quota.store import read_window
 from schemas.catalog import Catalog
 
 
-def _files(lake_root: str, first: dt.date, last: dt.date) -> list[str]:
+def _files(lake_root: str, first: dt.date, last: dt.date, held: frozenset[dt.date]) -> list[str]:
+    """The event files of UTC days ``first .. last`` but the partitions the data-quality gate holds."""
     days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    return [f for d in days for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))]
+    return [
+        f for d in days if d not in held for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))
+    ]
 
 
 def _is(values: pa.ChunkedArray | pa.Array, wanted: pa.Array) -> pa.Array:
@@ -33,14 +36,19 @@ def _is(values: pa.ChunkedArray | pa.Array, wanted: pa.Array) -> pa.Array:
 
 
 def read_events(
-    lake_root: str, catalog: Catalog, index: AccountIndex, month: str, model: str
+    lake_root: str,
+    catalog: Catalog,
+    index: AccountIndex,
+    month: str,
+    model: str,
+    held: frozenset[dt.date] = frozenset(),
 ) -> tuple[pa.Table | None, pa.Array]:
     """(events of the affected accounts that metering the month reads, with plan and local day;
     the affected accounts, sorted). Two passes over the window's files: the model's events find
     the affected accounts, then only their events are kept."""
     first, last = month_bounds(month)
     lo, hi = read_window([first, last], catalog)
-    files = _files(lake_root, lo, hi)
+    files = _files(lake_root, lo, hi, held)
     wanted = pa.array([model], pa.string())
     found: list[pa.Table] = []
     for path in files:

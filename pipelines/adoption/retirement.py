@@ -246,11 +246,13 @@ def _preview(engine, catalog: Catalog, lake_root, model: str, successor, as_of: 
         return "no lake given" if lake_root is None else "no successor"
     from pipelines.adoption.preview import ALL, compute, resolve
     from pipelines.warehouse.accounts import load_accounts_table
+    from pipelines.warehouse.gate import held_back
 
     month = last_complete_month(as_of)
     try:
         request = resolve(catalog, model, month, successor, ALL)
-        return compute(catalog, lake_root, load_accounts_table(engine), request, ALL)
+        held = frozenset(held_back(engine))
+        return compute(catalog, lake_root, load_accounts_table(engine), request, ALL, held)
     except UsageBillingError as exc:
         return str(exc)
 

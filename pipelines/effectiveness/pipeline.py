@@ -15,6 +15,7 @@ with the queue rows the run covered. A rerun gives the same rows.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import apache_beam as beam
 import numpy as np
@@ -30,12 +31,15 @@ from pipelines.runtime.options import CommonOptions, date_range, pipeline_option
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.binding import require_lake
 from pipelines.warehouse.engine import insert_arrow, make_engine, require_schema
+from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import database_lock, step_lock
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA, utc_date
 from schemas.lake import AMOUNT
 from schemas.outcomes import MAX_TASK_DAYS, OUTCOME_LAKE_SCHEMA
 from schemas.warehouse import EffectivenessQueue, EffectivenessWeek, TaskEffectiveness
+
+log = logging.getLogger(__name__)
 
 STEP = "effectiveness"
 MS = pa.decimal128(20, 3)  # milliseconds of a microsecond span, exact
@@ -80,20 +84,35 @@ def week_dates(week: dt.date) -> list[dt.date]:
     return [week + dt.timedelta(days=i) for i in range(7)]
 
 
-def partition_files(lake_root: str, dataset: str, dates: list[dt.date]) -> list[str]:
+Held = frozenset[tuple[str, dt.date]]  # (dataset, UTC date) partitions the data-quality gate holds back
+
+
+def partition_files(
+    lake_root: str, dataset: str, dates: list[dt.date], held: Held = frozenset()
+) -> list[str]:
+    """The files of the partitions of ``dates`` that exist and the gate lets through."""
     committed = set(lake.partition_dates(lake_root, dataset))
     return [
-        f for d in dates if d in committed for f in lake.list_files(lake.partition(lake_root, dataset, d))
+        f
+        for d in dates
+        if d in committed and (dataset, d) not in held
+        for f in lake.list_files(lake.partition(lake_root, dataset, d))
     ]
 
 
-def week_outcomes(lake_root: str, week: dt.date) -> pa.Table:
+def held_partitions(engine: Engine) -> Held:
+    return frozenset(
+        (dataset, d) for dataset in (lake.EVENTS, lake.OUTCOMES) for d in held_back(engine, dataset)
+    )
+
+
+def week_outcomes(lake_root: str, week: dt.date, held: Held = frozenset()) -> pa.Table:
     """The outcomes completed in the ISO week starting ``week`` (UTC)."""
-    files = partition_files(lake_root, lake.OUTCOMES, week_dates(week))
+    files = partition_files(lake_root, lake.OUTCOMES, week_dates(week), held)
     return lake.scan(files, list(eff.OUTCOME_COLUMNS), pc.scalar(True), OUTCOME_LAKE_SCHEMA)
 
 
-def requests_for(lake_root: str, outcomes: pa.Table) -> pa.Table:
+def requests_for(lake_root: str, outcomes: pa.Table, held: Held = frozenset()) -> pa.Table:
     """The clean events that carry one of the outcomes' task ids, on the UTC dates their tasks span."""
     if outcomes.num_rows == 0:
         return pa.schema([LAKE_SCHEMA.field(c) for c in eff.REQUEST_COLUMNS]).empty_table()
@@ -103,14 +122,17 @@ def requests_for(lake_root: str, outcomes: pa.Table) -> pa.Table:
     ids = pc.unique(outcomes["task_id"].combine_chunks())
     where = pc.field("task_id").isin(ids)
     return lake.scan(
-        partition_files(lake_root, lake.EVENTS, dates), list(eff.REQUEST_COLUMNS), where, LAKE_SCHEMA
+        partition_files(lake_root, lake.EVENTS, dates, held), list(eff.REQUEST_COLUMNS), where, LAKE_SCHEMA
     )
 
 
-def compute_week(lake_root: str, catalog: Catalog, week: dt.date) -> tuple[pa.Table, pa.Table, dict]:
-    """(the week's tasks, its groups as ``GROUP_SCHEMA``, its counts) from the lake."""
-    outcomes = week_outcomes(lake_root, week)
-    joined = eff.task_requests(outcomes, requests_for(lake_root, outcomes))
+def compute_week(
+    lake_root: str, catalog: Catalog, week: dt.date, held: Held = frozenset()
+) -> tuple[pa.Table, pa.Table, dict]:
+    """(the week's tasks, its groups as ``GROUP_SCHEMA``, its counts) from the lake, but for the
+    partitions the gate holds back (``held``)."""
+    outcomes = week_outcomes(lake_root, week, held)
+    joined = eff.task_requests(outcomes, requests_for(lake_root, outcomes, held))
     tasks = eff.tasks(outcomes, joined, catalog)
     groups = eff.group_metrics(tasks, catalog.effectiveness.per_hour)
     counts = {
@@ -125,11 +147,11 @@ def compute_week(lake_root: str, catalog: Catalog, week: dt.date) -> tuple[pa.Ta
 class ComputeWeek(beam.DoFn):
     """One ISO week -> its tasks, groups and counts staged in the run's folder."""
 
-    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog) -> None:
-        self.lake_root, self.stage_root, self.catalog = lake_root, stage_root, catalog
+    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
+        self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
 
     def process(self, week: dt.date):  # type: ignore[no-untyped-def]
-        tasks, groups, counts = compute_week(self.lake_root, self.catalog, week)
+        tasks, groups, counts = compute_week(self.lake_root, self.catalog, week, self.held)
         if tasks.num_rows:
             lake.write_parquet(
                 lake.join(lake.partition(self.stage_root, TASKS, week), "part-0000.parquet"), tasks
@@ -147,16 +169,13 @@ class ComputeWeek(beam.DoFn):
 class WeeklyEffectiveness(beam.PTransform):
     """ISO weeks (Mondays) -> the weeks staged (tasks, groups, counts) under ``stage_root``."""
 
-    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog) -> None:
+    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
         super().__init__()
-        self.lake_root, self.stage_root, self.catalog = lake_root, stage_root, catalog
+        self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
 
     def expand(self, weeks):  # type: ignore[no-untyped-def]
-        return (
-            weeks
-            | "Reshuffle" >> beam.Reshuffle()
-            | "ComputeWeek" >> beam.ParDo(ComputeWeek(self.lake_root, self.stage_root, self.catalog))
-        )
+        compute = ComputeWeek(self.lake_root, self.stage_root, self.catalog, self.held)
+        return weeks | "Reshuffle" >> beam.Reshuffle() | "ComputeWeek" >> beam.ParDo(compute)
 
 
 # -- which weeks a changed date reaches --------------------------------------------------------
@@ -245,15 +264,24 @@ def _run(options, opts, dates: list[dt.date] | None, catalog: Catalog, skip=froz
             for dataset in (lake.EVENTS, lake.OUTCOMES):
                 lake.recover(opts.lake, dataset)
         started = dt.datetime.now(dt.UTC)
-        pending = [r for r in queued(engine, started) if r[0] not in skip]
+        held = held_partitions(engine)
+        # a week with a partition the gate holds back waits (its queue rows too) until it is accepted
+        waiting = {d for _, d in held} | set(skip)
+        pending = [r for r in queued(engine, started) if r[0] not in waiting]
         reach = weeks_of(opts.lake, pending)
         if dates is None:
             weeks = sorted(set().union(*reach.values())) if reach else []
         else:
             weeks = sorted({monday(d) for d in dates})
+        blocked_weeks = {monday(d) for d in waiting}
+        if blocked_weeks & set(weeks):
+            log.warning(
+                "%s: weeks %s wait for the data-quality gate", STEP, sorted(blocked_weeks & set(weeks))
+            )
+            weeks = [w for w in weeks if w not in blocked_weeks]
         covered = [r for r, w in reach.items() if w <= set(weeks)]
         if weeks:
-            _compute(options, opts, engine, catalog, weeks, covered)
+            _compute(options, opts, engine, catalog, weeks, covered, held)
         elif covered:
             _dequeue(engine, covered)
         return weeks
@@ -278,7 +306,7 @@ def _read(stage: str, name: str, weeks: list[dt.date], schema: pa.Schema) -> pa.
 
 
 def _compute(
-    options, opts, engine: Engine, catalog: Catalog, weeks: list[dt.date], covered: list[tuple]
+    options, opts, engine: Engine, catalog: Catalog, weeks: list[dt.date], covered: list[tuple], held: Held
 ) -> None:  # type: ignore[no-untyped-def]
     run_id = opts.run_id or new_run_id("effectiveness")
     stage = fresh_stage(opts.lake, run_id, STEP)
@@ -287,7 +315,7 @@ def _compute(
             _ = (
                 p
                 | "Weeks" >> beam.Create(weeks)
-                | "WeeklyEffectiveness" >> WeeklyEffectiveness(opts.lake, stage, catalog)
+                | "WeeklyEffectiveness" >> WeeklyEffectiveness(opts.lake, stage, catalog, held)
             )
         groups = _read(stage, "groups", weeks, GROUP_SCHEMA)
         counts = _read(stage, "weeks", weeks, WEEK_SCHEMA)

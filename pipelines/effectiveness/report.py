@@ -28,7 +28,7 @@ from billing import effectiveness as eff
 from pipelines import lake
 from pipelines.effectiveness.figures import ALL_TIERS, head_to_head, sentence
 from pipelines.effectiveness.html import markdown, page
-from pipelines.effectiveness.pipeline import TASKS, partition_files, week_dates
+from pipelines.effectiveness.pipeline import TASKS, Held, held_partitions, partition_files, week_dates
 from pipelines.errors import UsageBillingError
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA
@@ -102,9 +102,10 @@ def uncomputed(
     return [w for w in weeks if w not in done and any(d in with_outcomes for d in week_dates(w))]
 
 
-def open_tasks(lake_root: str, weeks: list[dt.date]) -> int:
-    """(account, task_id) pairs with a request on the weeks' UTC dates and no outcome in the lake."""
-    events = partition_files(lake_root, lake.EVENTS, [d for w in weeks for d in week_dates(w)])
+def open_tasks(lake_root: str, weeks: list[dt.date], held: Held = frozenset()) -> int:
+    """(account, task_id) pairs with a request on the weeks' UTC dates and no outcome in the lake (but
+    for the partitions the data-quality gate holds back)."""
+    events = partition_files(lake_root, lake.EVENTS, [d for w in weeks for d in week_dates(w)], held)
     keys = ["account_id", "task_id"]
     requested = lake.scan(events, keys, pc.field("task_id").is_valid(), LAKE_SCHEMA)
     if requested.num_rows == 0:
@@ -224,7 +225,7 @@ def build(engine: Engine, lake_root: str, catalog: Catalog, first: dt.date, last
         "to": last.isoformat(),
         "groups": weekly_groups(engine, weeks),
         "orphan_outcomes": sum(int(done[w]["orphan_outcomes"]) for w in weeks if w in done),
-        "open_tasks": open_tasks(lake_root, weeks),
+        "open_tasks": open_tasks(lake_root, weeks, held_partitions(engine)),
     }
     overall = _with_intervals(
         range_groups(range_tasks(lake_root, weeks), catalog.effectiveness.per_hour, weeks[0])

@@ -73,6 +73,7 @@ from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import load_catalog
 from schemas.events import QUARANTINE_SCHEMA, conform
+from schemas.limits import DEFAULT_MAX_TOKENS_PER_EVENT
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class IngestOptions(CommonOptions, PipelineOptions):  # a direct subclass too: s
     def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
         parser.add_argument("--shards", type=int, default=None, help="dedup shards (fixed at lake creation)")
         parser.add_argument("--lateness_days", type=int, default=35, help="oldest accepted event, in days")
-        parser.add_argument("--max_tokens_per_event", type=int, default=10_000_000)
+        parser.add_argument("--max_tokens_per_event", type=int, default=DEFAULT_MAX_TOKENS_PER_EVENT)
 
 
 # -- stats ---------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from pipelines.ingest.quality_gx import (
 )
 from pipelines.runtime import faults
 from pipelines.runtime.logs import quiet
+from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
 from schemas.warehouse import DqAcceptance, DqResult
@@ -152,6 +153,7 @@ def check_partitions(
 
 
 DQ_LOCK = "data quality"  # every write of dq_results and dq_acceptances holds it
+MAX_REASON = 1000  # dq_acceptances.reason is VARCHAR(1000)
 
 
 def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str, factor: float, weeks: int):  # type: ignore[no-untyped-def]
@@ -248,16 +250,7 @@ def _acceptances(engine: Engine, days: list[dt.date]) -> dict[dt.date, list[dict
 
 def blocked_dates(engine: Engine) -> list[dt.date]:
     """The dates whose stored results have a failed error-level check no acceptance covers."""
-    t = DqResult.__table__
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(t.c.day, t.c.check_name).where(t.c.level == "error", t.c.success.is_(False))
-        ).all()
-    failed: dict[dt.date, list[str]] = {}
-    for day, name in rows:
-        failed.setdefault(day, []).append(name)
-    accepted = _acceptances(engine, list(failed))
-    return sorted(d for d, names in failed.items() if not _covers(accepted.get(d, []), names))
+    return sorted(held_back(engine, None))
 
 
 def _covers(acceptances: list[dict], failed: list[str]) -> bool:
@@ -269,6 +262,10 @@ def accept(engine: Engine, day: dt.date, reason: str, who: str | None = None) ->
     """Record that an operator accepts the failed error-level checks of ``day``; returns them."""
     if not reason.strip():
         raise UsageBillingError("an acceptance needs a --reason")
+    if len(reason.strip()) > MAX_REASON:
+        raise UsageBillingError(
+            f"--reason is {len(reason.strip()):,} characters; at most {MAX_REASON:,} are kept"
+        )
     with step_lock(engine, DQ_LOCK):
         return _accept(engine, day, reason, who)
 
@@ -295,7 +292,7 @@ def _accept(engine: Engine, day: dt.date, reason: str, who: str | None) -> list[
                     "day": day,
                     "accepted_at": dt.datetime.now(dt.UTC),
                     "accepted_by": who or _operator(),
-                    "reason": reason.strip()[:1000],
+                    "reason": reason.strip(),
                     "failed_checks": {"checks": sorted(failed)},
                 }
             ],

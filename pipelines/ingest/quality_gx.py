@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from pipelines import lake
 from schemas.catalog import Catalog
 from schemas.events import REQUIRED_FIELDS
+from schemas.limits import MAX_TOKENS_LIMIT
 from schemas.quality import (
     DURATION_SHARE,
     OK_SHARE,
@@ -143,7 +144,7 @@ class Gate:
         self.factor = factor
         self.suite = OUTCOME_SUITE_NAME if outcomes else SUITE_NAME
         self.checks = (
-            outcome_checks() if outcomes else partition_checks(catalog.model_ids, 10_000_000, factor)
+            outcome_checks() if outcomes else partition_checks(catalog.model_ids, MAX_TOKENS_LIMIT, factor)
         )
         self.row_checks = [c for c in self.checks if c.scope == "rows"]
         self.profile_checks = [c for c in self.checks if c.scope == "profile"]

@@ -39,14 +39,34 @@ def invoices_draft(
         f"total {r.total:,.2f} {settings_of(ctx).catalog.currency} (replaced {r.replaced_drafts:,} drafts)"
         + ("; OPEN MONTH: these drafts are marked open_month and cannot be finalized" if r.open_month else "")
     )
+    if r.unknown:
+        from pipelines.warehouse.unknown import describe
+
+        unknown = describe(list(r.unknown), settings_of(ctx).catalog.currency)
+        out.print(
+            f"{r.month}: drafts of {unknown}, billed at the rate card: the accounts table has never held "
+            "them (finance_unknown_accounts); finalize refuses them until they are loaded or accepted "
+            "with --accept-unknown-accounts"
+        )
 
 
 @invoices_app.command("finalize")
-def invoices_finalize(ctx: typer.Context, month: MonthOpt) -> None:
+def invoices_finalize(
+    ctx: typer.Context,
+    month: MonthOpt,
+    accept_unknown: Annotated[
+        str | None,
+        typer.Option(
+            "--accept-unknown-accounts",
+            metavar="REASON",
+            help="number drafts of accounts the accounts table never held too (the reason is recorded)",
+        ),
+    ] = None,
+) -> None:
     """Number the month's drafts (INV-YYYYMM-NNNNNN, gapless) and freeze them."""
     from pipelines.invoicing.documents import finalize
 
-    r = finalize(warehouse_of(ctx), settings_of(ctx).catalog, month)
+    r = finalize(warehouse_of(ctx), settings_of(ctx).catalog, month, accept_unknown)
     if r.finalized == 0:
         out.print(f"{r.month}: no drafts to finalize")
     else:

@@ -57,6 +57,8 @@ from pipelines.invoicing.months import check_month, open_reason, stale_reason
 from pipelines.runtime import faults
 from pipelines.warehouse.engine import insert_arrow, read_arrow
 from pipelines.warehouse.locks import step_lock
+from pipelines.warehouse.unknown import UnknownAccount, describe, unknown_drafts
+from pipelines.warehouse.unknown import accept as record_unknown
 from schemas.catalog import Catalog
 from schemas.warehouse import (
     Account,
@@ -79,6 +81,7 @@ class DraftResult:
     total: object  # Decimal: the sum of the drafts' totals
     replaced_drafts: int
     open_month: bool = False  # the month was not closed: the drafts are marked and cannot be finalized
+    unknown: tuple[UnknownAccount, ...] = ()  # drafts of never-held accounts nobody accepted yet
 
 
 def month_lock(month: str) -> str:
@@ -147,9 +150,17 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         insert_arrow(conn, Invoice.__table__, header)
         insert_arrow(conn, InvoiceLine.__table__, lines)
         insert_arrow(conn, InvoicePlan.__table__, periods)
+        unknown = tuple(unknown_drafts(conn, month))
     total = pc.sum(header["total"]).as_py() if header.num_rows else 0
     return DraftResult(
-        month, invoices.num_rows, adjusting.num_rows, lines.num_rows, total, replaced, bool(still_open)
+        month,
+        invoices.num_rows,
+        adjusting.num_rows,
+        lines.num_rows,
+        total,
+        replaced,
+        bool(still_open),
+        unknown,
     )
 
 
@@ -270,9 +281,12 @@ def invoice_number(month: str, n: int) -> str:
     return f"INV-{month.replace('-', '')}-{n:06d}"
 
 
-def finalize(engine: Engine, catalog: Catalog, month: str) -> FinalizeResult:
+def finalize(
+    engine: Engine, catalog: Catalog, month: str, accept_unknown: str | None = None
+) -> FinalizeResult:
     """Number every draft of the month in one transaction, gaplessly, in (account, sequence) order.
-    An open month is never numbered, nor are drafts made while it was open."""
+    An open month is never numbered, nor are drafts made while it was open, nor drafts of accounts the
+    accounts table never held unless ``accept_unknown`` gives the reason to (recorded)."""
     month = check_month(month)
     i = Invoice.__table__
     counter = InvoiceCounter.__table__
@@ -291,6 +305,7 @@ def finalize(engine: Engine, catalog: Catalog, month: str) -> FinalizeResult:
                 f"cannot finalize {month}: its {early:,} drafts were made while the month was open; "
                 f"draft it again now that it is closed (`usage-billing invoices draft --month {month}`)"
             )
+        _unknown_accounts(conn, catalog, month, accept_unknown)
         last_query = select(counter.c.last_number).where(counter.c.period == month)
         if conn.dialect.name == "postgresql":
             last_query = last_query.with_for_update()
@@ -355,6 +370,25 @@ def finalize(engine: Engine, catalog: Catalog, month: str) -> FinalizeResult:
         faults.checkpoint("invoices.finalize")
         conn.execute(update(counter).where(counter.c.period == month).values(last_number=last + count))
     return FinalizeResult(month, count, invoice_number(month, last + 1), invoice_number(month, last + count))
+
+
+def _unknown_accounts(conn: Connection, catalog: Catalog, month: str, reason: str | None) -> None:
+    """Refuse the month while it has drafts of unknown accounts nobody accepted; with ``reason``,
+    record the acceptance of each (in finalize's transaction: both or neither)."""
+    unknown = unknown_drafts(conn, month)
+    if not unknown:
+        return
+    if reason is None or not reason.strip():
+        raise UsageBillingError(
+            f"cannot finalize {month}: drafts of {describe(unknown, catalog.currency)} that the accounts "
+            "table has never held; load them (`usage-billing accounts load FILE`, then meter and draft the "
+            "month again) or accept them: --accept-unknown-accounts 'why'"
+        )
+    if len(reason) > 1000:
+        raise UsageBillingError(
+            f"--accept-unknown-accounts: the reason is {len(reason):,} characters; at most 1,000"
+        )
+    record_unknown(conn, month, unknown, reason.strip())
 
 
 def void(engine: Engine, number: str, reason: str) -> str:

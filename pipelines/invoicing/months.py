@@ -21,6 +21,7 @@ from billing.invoices import (
 from pipelines.errors import UsageBillingError
 from pipelines.quota.remeter import out_of_date
 from pipelines.warehouse.engine import as_date, as_utc
+from pipelines.warehouse.gate import held_back
 from schemas.catalog import Catalog
 from schemas.limits import date_problem
 from schemas.warehouse import (
@@ -84,6 +85,13 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
         day = start + dt.timedelta(days=i)
         if day not in ingested:
             return f"landing date {day} is not ingested (the month needs landing dates {start} .. {needed})"
+    held = sorted(d for d in held_back(conn) if utc_first <= d <= utc_last)
+    if held:
+        return (
+            f"the data-quality gate holds back UTC day {held[0]}, whose events the month's invoices would "
+            f"bill; see its page (usage-billing dq check --date {held[0]}) and fix or accept it "
+            f"(usage-billing dq accept --date {held[0]} --reason '...'), then meter the month again"
+        )
     m = MeteredDate.__table__.c
     metered = {
         as_date(d): as_utc(at)

@@ -73,8 +73,10 @@ from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import make_engine, require_schema
+from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import database_lock, lock_wait, step_lock
 from pipelines.warehouse.recompute import mark_metered
+from pipelines.warehouse.unknown import describe, unknown_usage
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
@@ -315,7 +317,8 @@ def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # t
     with step_lock(engine, ACCOUNTS_LOCK, wait=max(lock_wait(), 60.0)):
         started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
         accounts = load_accounts_table(engine)
-    stamps = StateStamps(opts.lake, catalog, accounts)
+    held = frozenset(held_back(engine))  # partitions the data-quality gate holds back: read as empty
+    stamps = StateStamps(opts.lake, catalog, accounts, held)
     # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
     # them stale rather than wrong.
     new_stamps = {day: stamps.of(day) for day in state_dates(opts.lake, dates)}
@@ -332,7 +335,18 @@ def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # t
     stage = fresh_stage(opts.lake, run_id, "quota meter")  # a killed run's folder: we hold the step's lock
     seconds: dict[str, float] = {}
     try:
-        files = [f for d in utc_dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
+        skipped = sorted(held & set(utc_dates))
+        if skipped:
+            notes.append(
+                f"left out {', '.join(map(str, skipped))}: held back by the data-quality gate until accepted"
+            )
+            log.warning("quota meter %s..%s: %s", first, last, notes[-1])
+        files = [
+            f
+            for d in utc_dates
+            if d not in held
+            for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))
+        ]
         units = lake.row_group_units(files)
         began = time.perf_counter()
         with run_pipeline(options) as p:
@@ -359,6 +373,14 @@ def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # t
             mark_metered(conn, first, last, started)
         counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, new_stamps)
         seconds["load"] = time.perf_counter() - began
+        with engine.connect() as conn:
+            unknown = unknown_usage(conn, first, last)
+        if unknown:
+            notes.append(
+                f"{describe(unknown)}, metered without a plan: the accounts table never held them, and "
+                "`invoices finalize` refuses their months until they are loaded or accepted"
+            )
+            log.warning("quota meter %s..%s: %s", first, last, notes[-1])
     finally:
         lake.discard(stage)
         engine.dispose()

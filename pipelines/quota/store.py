@@ -160,8 +160,12 @@ class StateStamps:
     the catalog's plans, the accounts, and the event files of the UTC days the balances going on the
     next day depend on (``read_window``). Equal stamps: the state is still right."""
 
-    def __init__(self, lake_root: str, catalog: Catalog, accounts: pa.Table) -> None:
-        self.lake_root, self.catalog = lake_root, catalog
+    def __init__(
+        self, lake_root: str, catalog: Catalog, accounts: pa.Table, held: frozenset[dt.date] = frozenset()
+    ) -> None:
+        # ``held``: dates the data-quality gate holds back, read as empty: their stamp says so, so a
+        # state made while one was held is not used once it is accepted
+        self.lake_root, self.catalog, self.held = lake_root, catalog, held
         ordered = accounts.sort_by([(c, "ascending") for c in accounts.column_names])
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, ordered.schema) as writer:
@@ -174,6 +178,8 @@ class StateStamps:
         self._days: dict[dt.date, str] = {}
 
     def _files(self, day: dt.date) -> str:
+        if day in self.held:
+            return "held back by the data-quality gate"
         if day not in self._days:
             folder = lake.partition(self.lake_root, lake.EVENTS, day)
             listing = [

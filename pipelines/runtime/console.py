@@ -41,7 +41,6 @@ ToOpt = Annotated[str | None, typer.Option("--to", help="last date of a range")]
 MonthOpt = Annotated[str, typer.Option("--month", help="account-local calendar month, YYYY-MM")]
 
 
-
 def _account_id(value: str | None) -> str | None:
     """An account id on the command line obeys the rule every entry point does (schemas.limits)."""
     problem = None if value is None else account_id_problem(value)

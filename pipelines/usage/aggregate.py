@@ -31,6 +31,7 @@ from pipelines.usage.partials import (
 )
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import make_engine, replace_rows, require_schema
+from pipelines.warehouse.gate import without_held
 from pipelines.warehouse.locks import database_lock, step_lock
 from pipelines.warehouse.recompute import mark_aggregated
 from schemas.warehouse import ModelDaily, UsageDaily, UsageDailyError
@@ -120,11 +121,6 @@ def _read_staged(stage: str, name: str, dates: list[dt.date], schema: pa.Schema)
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def lake_units(lake_root: str, dates: list[dt.date]) -> list[lake.Unit]:
-    files = [f for d in dates for f in lake.list_files(lake.partition(lake_root, lake.EVENTS, d))]
-    return lake.row_group_units(files)
-
-
 def run(argv: list[str] | None = None) -> dict[dt.date, int]:
     """Aggregate the dates; returns rows loaded per day."""
     options = pipeline_options(argv)
@@ -141,11 +137,14 @@ def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date,
     with step_lock(engine, lake.ingest_lock(opts.lake)):  # not while an ingest swaps partitions
         lake.recover(opts.lake, lake.EVENTS)
     require_partitions(engine, opts.lake, dates, "usage aggregate")
+    dates = without_held(engine, dates, "usage aggregate")
     run_id = opts.run_id or new_run_id("aggregate")
     stage = fresh_stage(opts.lake, run_id, "usage aggregate")
     started = dt.datetime.now(dt.UTC)  # before the lake is read: what the queue rows it takes reflect
     try:
-        units = lake_units(opts.lake, dates)
+        units = lake.row_group_units(
+            [f for d in dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
+        )
         with run_pipeline(options) as p:
             _ = (
                 p

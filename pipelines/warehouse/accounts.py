@@ -25,7 +25,7 @@ from pipelines.errors import UsageBillingError
 from pipelines.quota.remeter import account_rows, queue_account_changes
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
-from schemas.limits import account_id_problem, date_problem
+from schemas.limits import MAX_ID_LENGTH, account_id_problem, date_problem
 from schemas.warehouse import Account
 
 ACCOUNTS_LOCK = "accounts load"  # the step lock of a load (metering reads the accounts under it too)
@@ -111,7 +111,7 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
             account = rec["account_id"] or ""  # as ingest reads it: a look-alike is refused, not trimmed
             problem = account_id_problem(account)
             if problem:
-                shown = f" {account[:60]!r}" if account.strip() else ""
+                shown = f" {account!r}" if account.strip() and len(account) <= MAX_ID_LENGTH else ""
                 raise UsageBillingError(f"{where}: account_id{shown} {problem}")
             plan = (rec["plan"] or "") or None
             if plan is not None and plan not in plans:

@@ -3,7 +3,8 @@
 An ingest queues each UTC date whose partition it changed (``recompute_queue``). Aggregating a date
 and metering the local days around it each mark the rows queued before that step read the lake; a
 row both steps marked is done and removed. Whoever runs the steps (``run-day``, the DAGs, the
-separate commands, the demo) leaves the same queue behind.
+separate commands, the demo) leaves the same queue behind. A date the data-quality gate holds back
+(``warehouse.gate``) was not read, so it is never marked: it waits in the queue until accepted.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime as dt
 
 from sqlalchemy import Connection, Engine, delete, select, update
 
+from pipelines.warehouse.gate import held_back
 from schemas.warehouse import RecomputeQueue
 
 
@@ -28,6 +30,7 @@ def mark_aggregated(conn: Connection, first: dt.date, last: dt.date, started: dt
     conn.execute(
         update(RecomputeQueue.__table__)
         .where(q.day.between(first, last), q.queued_at <= started, q.aggregated_at.is_(None))
+        .where(q.day.not_in(sorted(held_back(conn))))
         .values(aggregated_at=dt.datetime.now(dt.UTC))
     )
     _done(conn)
@@ -45,6 +48,7 @@ def mark_metered(conn: Connection, first: dt.date, last: dt.date, started: dt.da
     conn.execute(
         update(RecomputeQueue.__table__)
         .where(q.day.between(lo, hi), q.queued_at <= started, q.metered_at.is_(None))
+        .where(q.day.not_in(sorted(held_back(conn))))
         .values(metered_at=dt.datetime.now(dt.UTC))
     )
     _done(conn)

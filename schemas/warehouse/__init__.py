@@ -22,6 +22,7 @@ from schemas.warehouse.billing import (  # noqa: F401
     MeteredDay,
     MeterQueue,
     PoolUsage,
+    UnknownAccountAcceptance,
 )
 from schemas.warehouse.effectiveness import (  # noqa: F401
     EffectivenessQueue,

@@ -207,3 +207,18 @@ class InvoiceCounter(Base):
 
     period: Mapped[str] = mapped_column(String(7), primary_key=True)
     last_number: Mapped[int]
+
+
+class UnknownAccountAcceptance(Base):
+    """An operator's recorded acceptance that a month's documents of an account the accounts table
+    never held may be numbered (``invoices finalize --accept-unknown-accounts REASON``). Append-only."""
+
+    __tablename__ = "unknown_account_acceptances"
+
+    period: Mapped[str] = mapped_column(String(7), primary_key=True, comment="account-local month YYYY-MM")
+    account_id: Mapped[str] = mapped_column(primary_key=True)
+    accepted_at: Mapped[dt.datetime]
+    accepted_by: Mapped[str] = mapped_column(String(100))
+    reason: Mapped[str] = mapped_column(String(1000))
+    tokens: Mapped[int] = mapped_column(comment="usage tokens on its drafts when accepted")
+    amount: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="the drafts' total when accepted")

@@ -86,7 +86,12 @@ def db(request, tmp_path) -> Settings:  # type: ignore[no-untyped-def]
     built = request.getfixturevalue("postgres_built")
     engine = make_engine(built.database_url)
     with engine.begin() as conn:  # TRUNCATE is the test's reset; row triggers guard UPDATE and DELETE
-        conn.execute(text("TRUNCATE invoice_lines, invoice_plans, invoices, invoice_counters"))
+        conn.execute(
+            text(
+                "TRUNCATE invoice_lines, invoice_plans, invoices, invoice_counters, "
+                "unknown_account_acceptances"
+            )
+        )
         conn.execute(text("TRUNCATE lake_bindings"))  # a test may have bound its own copy of the lake
     engine.dispose()
     return built
@@ -231,6 +236,79 @@ def test_redraft_replaces_drafts_only_and_finalize_numbers_gaplessly(db, catalog
     assert _numbers(db) == numbers
 
 
+def _forget_accounts(settings: Settings, where: str) -> dict[str, int]:
+    """Delete the accounts rows ``where`` selects (as if never loaded); their billable tokens of MONTH."""
+    engine = make_engine(settings.database_url)
+    first, last = month_bounds(MONTH)
+    with engine.begin() as conn:
+        gone = [r[0] for r in conn.execute(text(f"SELECT DISTINCT account_id FROM accounts WHERE {where}"))]
+        conn.execute(text(f"DELETE FROM accounts WHERE {where}"))
+        tokens = dict(
+            conn.execute(
+                text(
+                    "SELECT account_id, sum(included_tokens + overage_tokens) FROM billable_usage "
+                    "WHERE local_day BETWEEN :a AND :b GROUP BY account_id"
+                ),
+                {"a": first, "b": last},
+            ).all()
+        )
+    engine.dispose()
+    return {a: int(tokens[a]) for a in gone if a in tokens}
+
+
+def test_usage_of_unknown_accounts_is_listed_and_never_numbered_without_a_recorded_reason(db, catalog):
+    from pipelines.warehouse.unknown import unknown_usage
+
+    engine = make_engine(db.database_url)
+    with engine.connect() as conn:
+        saved = [dict(r._mapping) for r in conn.execute(select(Account.__table__))]
+    known = sorted({r["account_id"] for r in saved})
+    try:
+        # the extreme case first: an empty accounts table numbers nothing
+        everyone = _forget_accounts(db, "1 = 1")
+        drafted = invoicing.draft(engine, catalog, MONTH)
+        assert drafted.invoices == len(drafted.unknown) == len(everyone)
+        with pytest.raises(UsageBillingError, match="unknown account"):
+            invoicing.finalize(engine, catalog, MONTH)
+        with engine.begin() as conn:
+            conn.execute(
+                Account.__table__.insert(), [r for r in saved if r["account_id"] not in known[1:5:3]]
+            )
+        forgotten = {a: everyone[a] for a in known[1:5:3]}
+        with engine.connect() as conn:  # what metering counts and prints after a run
+            met = unknown_usage(conn, *month_bounds(MONTH))
+        assert {u.account_id: u.tokens for u in met} == forgotten
+        drafted = invoicing.draft(engine, catalog, MONTH)
+        assert {u.account_id: u.tokens for u in drafted.unknown} == forgotten
+        with pytest.raises(UsageBillingError, match=f"cannot finalize {MONTH}: drafts of 2 unknown accounts"):
+            invoicing.finalize(engine, catalog, MONTH)
+        assert _numbers(db) == []  # nothing numbered, not even the known accounts' drafts
+        done = invoicing.finalize(engine, catalog, MONTH, accept_unknown="test traffic of a partner")
+        assert done.finalized == drafted.invoices
+        with engine.connect() as conn:
+            view = conn.execute(
+                text(
+                    "SELECT account_id, tokens, total, acceptance, reason FROM finance_unknown_accounts "
+                    "WHERE month = :m ORDER BY account_id"
+                ),
+                {"m": MONTH},
+            ).all()
+            totals = dict(
+                conn.execute(
+                    text("SELECT account_id, total FROM invoices WHERE period = :m"), {"m": MONTH}
+                ).all()
+            )
+        assert [(a, int(t), acc, r) for a, t, _, acc, r in view] == [
+            (a, forgotten[a], "accepted", "test traffic of a partner") for a in sorted(forgotten)
+        ]
+        assert all(Decimal(str(total)) == Decimal(str(totals[a])) for a, _, total, _, _ in view)
+    finally:
+        with engine.begin() as conn:  # as they were: no accounts load, so nothing is queued again
+            conn.execute(Account.__table__.delete())
+            conn.execute(Account.__table__.insert(), saved)
+        engine.dispose()
+
+
 def _first_finalized(settings: Settings) -> str:
     engine = make_engine(settings.database_url)
     with engine.connect() as conn:
@@ -298,7 +376,12 @@ def test_void_keeps_the_invoice_and_the_next_draft_bills_the_account_afresh(db, 
 def test_two_finalizers_at_once_number_every_draft_exactly_once(postgres_built, catalog):
     engine = make_engine(postgres_built.database_url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE invoice_lines, invoice_plans, invoices, invoice_counters"))
+        conn.execute(
+            text(
+                "TRUNCATE invoice_lines, invoice_plans, invoices, invoice_counters, "
+                "unknown_account_acceptances"
+            )
+        )
         conn.execute(text("TRUNCATE lake_bindings"))  # a test may have bound its own copy of the lake
     drafted = invoicing.draft(engine, catalog, MONTH)
     barrier = threading.Barrier(2)
