@@ -97,6 +97,33 @@ def local_dates(event_time: pa.Array | pa.ChunkedArray, timezone: pa.Array | pa.
     return ((us + per_event) // DAY_US).astype("datetime64[D]")
 
 
+def zone_problem(zone: str) -> str | None:
+    """Why ``zone`` cannot be an account's timezone (None when it can): every stage must be able to
+    use it, Python's zoneinfo (documents, plan periods) and Arrow's tz database (metering) alike, and
+    both must agree on its offsets (``posix/...`` and ``right/...`` names pass the first and not the
+    second; ``right/`` zones count leap seconds)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if not zone or zone != zone.strip() or "\x00" in zone:
+        return "is not an IANA name"
+    try:
+        info = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return "is not an IANA name"
+    probes = np.array([0, 946_684_800, 1_782_864_000, 4_102_444_800], dtype=np.int64) * 1_000_000
+    try:
+        arrow = _offsets(probes, zone)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowKeyError):
+        return "is not in the tz database metering uses"
+    python = [
+        int(dt.datetime.fromtimestamp(int(p) // 1_000_000, info).utcoffset().total_seconds()) for p in probes
+    ]
+    python = [seconds * 1_000_000 for seconds in python]
+    if arrow.tolist() != python:
+        return "has offsets that differ between the tz databases the stages use"
+    return None
+
+
 def _offsets_per_zone(us: np.ndarray, code: np.ndarray, names: list[str]) -> np.ndarray:
     """UTC offset of each instant in its zone (``names[code]``), one Arrow conversion per zone."""
     out = np.empty(len(us), np.int64)

@@ -100,6 +100,32 @@ def _read(data: bytes | pa.Buffer, schema: pa.Schema, max_line: int) -> pa.Table
     )
 
 
+MAX_JSON_DEPTH = 64  # an event or outcome nests a few levels; Python's parser recurses per level
+
+
+def json_depth(body: bytes) -> int:
+    """How deep arrays and objects nest in ``body`` (brackets inside strings do not count), found
+    without parsing it, so a document nested too deep for a parser is refused before it is parsed.
+    Vectorized: quotes escaped by an odd run of backslashes do not end a string."""
+    b = np.frombuffer(body, np.uint8)
+    if len(b) == 0:
+        return 0
+    positions = np.arange(len(b))
+    backslash = b == ord("\\")
+    last_other = np.maximum.accumulate(np.where(backslash, -1, positions))
+    quotes = np.flatnonzero(b == ord('"'))
+    run = np.where(quotes > 0, quotes - 1 - last_other[np.maximum(quotes - 1, 0)], 0)
+    real = quotes[(run % 2) == 0]
+    inside = np.zeros(len(b) + 1, np.int64)
+    np.add.at(inside, real + 1, 1)
+    in_string = (np.cumsum(inside)[:-1] % 2) == 1
+    step = np.zeros(len(b), np.int64)
+    step[(b == ord("[")) | (b == ord("{"))] = 1
+    step[(b == ord("]")) | (b == ord("}"))] = -1
+    step[in_string] = 0
+    return int(np.cumsum(step).max(initial=0))
+
+
 def _is_blank(raw: bytes) -> bool:
     return raw.strip() == b""
 

@@ -31,6 +31,9 @@ import unicodedata
 MAX_TOKENS_LIMIT = 2**31 - 1
 DEFAULT_MAX_TOKENS_PER_EVENT = 10_000_000  # ingest's cap per token count unless --max_tokens_per_event
 MAX_ID_LENGTH = 200  # the warehouse stores ids as VARCHAR(200)
+DEFAULT_LATENESS_DAYS = 35  # ingest keeps events this many days older than their landing date
+MAX_LATENESS_DAYS = 366  # --lateness_days at most a year (at least 1)
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a run id names a staging folder
 MAX_DURATION_MS = 7 * 86_400_000
 MAX_ALLOWANCE_TOKENS = 10**15
 EARLIEST_DATE = dt.date(2000, 1, 1)

@@ -1,10 +1,11 @@
-"""usage of unknown accounts is never billed silently
+"""usage of unknown accounts is never billed silently; landing entries not read are recorded
 
 - ``unknown_account_acceptances``: per month and account, who accepted numbering the documents of an
   account the accounts table never held, when and why (``invoices finalize
   --accept-unknown-accounts REASON``), with the tokens and amount it was accepted for.
 - ``finance_unknown_accounts``: every document of such an account (or of one accepted since), with
   its tokens, total and the acceptance, if any.
+- ``ingest_runs.not_read``: the landing entries a run did not read and why (name -> why).
 
 Revision ID: 0019
 Revises: 0018
@@ -45,11 +46,22 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("period", "account_id", name=op.f("pk_unknown_account_acceptances")),
     )
+    op.add_column(
+        "ingest_runs",
+        sa.Column(
+            "not_read",
+            sa.JSON(),
+            nullable=True,
+            comment="landing entries not read (name -> why), e.g. a producer's temporary .file",
+        ),
+    )
     finance.create(bind, gaps=True, documents=True, unknown=True)
 
 
 def downgrade() -> None:
     bind = op.get_bind()
     finance.drop(bind)
+    with op.batch_alter_table("ingest_runs") as batch:
+        batch.drop_column("not_read")
     op.drop_table("unknown_account_acceptances")
     finance.create(bind, gaps=True, documents=True)

@@ -134,6 +134,15 @@ def print_ingest(result) -> None:  # type: ignore[no-untyped-def]
         f"run {result.run_id}: read {result.total('rows_read'):,} rows: clean {result.total('clean'):,}, "
         f"quarantined {result.total('quarantined'):,}, duplicates {result.total('duplicates'):,}"
     )
+    for day, s in sorted(result.stats.items()):
+        entries = s.get("not_read") or {}
+        if entries:
+            names = ", ".join(sorted(entries)[:5]) + (
+                f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+            )
+            out.print(
+                f"landing {day}: {len(entries):,} entries not read ({names}): {next(iter(entries.values()))}"
+            )
     if result.changed_dates:
         out.print(
             f"partitions changed: {len(result.changed_dates)} date(s), "

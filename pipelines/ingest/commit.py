@@ -101,6 +101,7 @@ def finish(lake_root: str, engine: Engine, stage: str, journal: dict) -> None:
                     "quarantined_by_reason": s["quarantined"],
                     "late_rows": s["late"],
                     "status": "ok",
+                    "not_read": s.get("not_read") or None,
                 }
                 for dataset, day, s in counted
             ],

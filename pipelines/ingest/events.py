@@ -50,6 +50,7 @@ from pipelines.ingest.units import (
     ReadUnit,
     dedup_window,
     index_file,
+    not_read,
     read_units,
     require_landing,
     shard_file,
@@ -73,7 +74,7 @@ from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import load_catalog
 from schemas.events import QUARANTINE_SCHEMA, conform
-from schemas.limits import DEFAULT_MAX_TOKENS_PER_EVENT
+from schemas.limits import DEFAULT_LATENESS_DAYS, DEFAULT_MAX_TOKENS_PER_EVENT
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,9 @@ class IngestOptions(CommonOptions, PipelineOptions):  # a direct subclass too: s
     @classmethod
     def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
         parser.add_argument("--shards", type=int, default=None, help="dedup shards (fixed at lake creation)")
-        parser.add_argument("--lateness_days", type=int, default=35, help="oldest accepted event, in days")
+        parser.add_argument(
+            "--lateness_days", type=int, default=DEFAULT_LATENESS_DAYS, help="oldest accepted event, in days"
+        )
         parser.add_argument("--max_tokens_per_event", type=int, default=DEFAULT_MAX_TOKENS_PER_EVENT)
 
 
@@ -353,6 +356,8 @@ def _ingest(
                 _ = ingested["stats"] | f"Stage{name}Stats" >> beam.ParDo(StageStats(stage, ds))
         result = collect(run_id, stage, dates)
         check_conservation(result)
+        for day, entries in not_read(opts.landing, dates).items():
+            result.stats[day]["not_read"] = entries
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
             staged = lake.partition(stage, lake.QUARANTINE, day)
             carried = kept[day] if day in kept else other_files_quarantine(opts.lake, day, units)

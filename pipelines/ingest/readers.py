@@ -28,7 +28,15 @@ from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.datasets import EVENTS, Dataset
 from schemas.events import QUARANTINE_SCHEMA
-from schemas.jsonl import ROW_NUMBER, JsonLinesResult, joined, newline_count, read_json_lines
+from schemas.jsonl import (
+    MAX_JSON_DEPTH,
+    ROW_NUMBER,
+    JsonLinesResult,
+    joined,
+    json_depth,
+    newline_count,
+    read_json_lines,
+)
 from schemas.limits import CONTROL_CHARACTERS
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
@@ -332,9 +340,17 @@ def _read_ce_batch(path: str, landing_date, name: str, dataset: Dataset = EVENTS
             f"a CloudEvents batch over {MAX_BATCH_BYTES >> 20} MiB",
             dataset,
         )
+    if json_depth(body) > MAX_JSON_DEPTH:  # bounded before parsing: the parser recurses per level
+        return whole_file(
+            landing_date,
+            name,
+            "malformed_json",
+            f"CloudEvents batch nested over {MAX_JSON_DEPTH} levels",
+            dataset,
+        )
     try:
         events = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         return whole_file(landing_date, name, "malformed_json", f"CloudEvents batch: {exc}", dataset)
     if not isinstance(events, list):
         return whole_file(

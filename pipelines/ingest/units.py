@@ -141,13 +141,28 @@ def require_landing(landing_root: str, dates: list[dt.date]) -> None:
             raise UsageBillingError(f"no landing folder for {day}: {folder}")
 
 
+NOT_LANDED = "its name starts with '.': a producer's file still being written, not read until renamed"
+
+
+def not_read(landing_root: str, dates: list[dt.date]) -> dict[str, dict[str, str]]:
+    """Per landing date (ISO), the entries ``read_units`` leaves out and why: counted and named in the
+    run's output and ``ingest_runs``, never skipped without a word."""
+    out: dict[str, dict[str, str]] = {}
+    for day in dates:
+        folder = lake.join(landing_root, day.isoformat())
+        hidden = [p for p in lake.list_files(folder, "*") if os.path.basename(p).startswith(".")]
+        if hidden:
+            out[day.isoformat()] = {os.path.basename(p): NOT_LANDED for p in sorted(hidden)}
+    return out
+
+
 def read_units(landing_root: str, dates: list[dt.date]) -> list[ReadUnit]:
     units: list[ReadUnit] = []
     require_landing(landing_root, dates)
     for day in dates:
         folder = lake.join(landing_root, day.isoformat())
         for path in lake.list_files(folder, "*"):
-            if os.path.basename(path).startswith("."):  # a producer's temporary file, not yet landed
+            if os.path.basename(path).startswith("."):  # not landed yet: ``not_read`` names it
                 continue
             kind = dataset_of(path).name
             odd = _not_a_regular_file(path)

@@ -29,9 +29,11 @@ from schemas.events import (
 )
 from schemas.jsonl import ROW_NUMBER
 from schemas.limits import (
+    DEFAULT_LATENESS_DAYS,
     DEFAULT_MAX_TOKENS_PER_EVENT,
     MAX_DURATION_MS,
     MAX_ID_LENGTH,
+    MAX_LATENESS_DAYS,
     MAX_TOKENS_LIMIT,
     looks_alike,
 )
@@ -48,7 +50,7 @@ _CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE
 @dataclass(frozen=True)
 class Rules:
     models: frozenset[str]
-    lateness_days: int = 35
+    lateness_days: int = DEFAULT_LATENESS_DAYS
     max_tokens_per_event: int = DEFAULT_MAX_TOKENS_PER_EVENT
     future_slack_hours: int = 24
     # (model, tier) -> the first UTC day a price is in force (prices never end: the newest
@@ -57,6 +59,10 @@ class Rules:
     check_prices: bool = False  # on for a catalog's rules (for_catalog); off for rules without prices
 
     def __post_init__(self) -> None:
+        if not 0 < self.lateness_days <= MAX_LATENESS_DAYS:
+            raise UsageBillingError(
+                f"--lateness_days must be between 1 and {MAX_LATENESS_DAYS}, got {self.lateness_days}"
+            )
         if not 0 < self.max_tokens_per_event <= MAX_TOKENS_LIMIT:
             raise UsageBillingError(
                 f"--max_tokens_per_event must be between 1 and {MAX_TOKENS_LIMIT:,}, "
@@ -111,8 +117,9 @@ def _castable(col: pa.Array, candidates: np.ndarray) -> np.ndarray:
 def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """ISO-8601 text (or timestamps) -> UTC microseconds; returns (values, bad mask, no-zone mask).
 
-    A value is valid exactly when Arrow's ISO-8601 parser accepts it on its own: the date and time
-    must exist (no 2026-02-30, no 25:00) and a zone offset is required. One vectorized cast covers a
+    A value is valid exactly when Arrow's ISO-8601 parser accepts it on its own (after fraction digits
+    past the ninth are cut: every digit past the sixth is truncated anyway): the date and time must
+    exist (no 2026-02-30, no 25:00) and a zone offset is required. One vectorized cast covers a
     clean chunk; a chunk with bad values finds them by bisection, so a row's verdict never depends
     on its neighbours.
     """
@@ -127,6 +134,12 @@ def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndar
             np.zeros(n, bool),
             np.zeros(n, bool),
         )  # ns: truncated, as text is
+    try:
+        return _cast_time(col), np.zeros(n, bool), np.zeros(n, bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    # More than nine fraction digits (picoseconds): truncated like the digits past microseconds
+    col = pc.replace_substring_regex(col, pattern=r"(:\d{2}\.\d{9})\d+", replacement=r"\1")
     try:
         return _cast_time(col), np.zeros(n, bool), np.zeros(n, bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

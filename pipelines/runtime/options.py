@@ -28,7 +28,7 @@ from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.lake.paths import check_reachable, set_filesystem_options
 from pipelines.runtime.startup import collect_from_here
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
-from schemas.limits import date_problem
+from schemas.limits import RUN_ID, date_problem
 
 DEFAULT_RUNNER = "FnApiRunner"
 DEFAULT_THREADS = 4
@@ -64,6 +64,11 @@ def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineO
     if dask:  # its options (--dask_client_address, ...) are known to Beam once its module is imported
         import apache_beam.runners.dask.dask_runner  # noqa: F401
     options = PipelineOptions(flags)
+    run_id = options.view_as(CommonOptions).run_id
+    if run_id is not None and not RUN_ID.fullmatch(run_id):
+        raise UsageBillingError(
+            f"--run_id {run_id[:80]!r} is not a run id: letters, digits, '.', '_' and '-', at most 64"
+        )
     set_filesystem_options(options)  # the driver's own lake access (listing, commits) uses them too
     common = options.view_as(CommonOptions)
     for root in (common.lake, common.landing):

@@ -14,13 +14,14 @@ import csv
 import datetime as dt
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
 from sqlalchemy import Engine, delete, insert, select
 
+from billing.calendar import zone_problem
 from pipelines.errors import UsageBillingError
 from pipelines.quota.remeter import account_rows, queue_account_changes
 from pipelines.warehouse.locks import step_lock
@@ -90,10 +91,10 @@ def parse_accounts(path: Path, catalog: Catalog) -> list[AccountRow]:
 
 def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
     plans = {p.id for p in catalog.plans}
-    zones: dict[str, bool] = {}
+    zones: dict[str, str | None] = {}  # zone -> why it cannot be used (None: it can)
     rows: list[AccountRow] = []
     with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
+        reader = csv.DictReader(handle, strict=True)
         header = [(name or "").strip() for name in (reader.fieldnames or [])]
         missing = [c for c in COLUMNS if c not in header]
         if missing:
@@ -104,8 +105,8 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
         if twice:
             raise UsageBillingError(f"{path}: column {twice[0]!r} appears more than once in the header")
         reader.fieldnames = header
-        for line, rec in enumerate(reader, start=2):
-            where = f"{path} line {reader.line_num}" if reader.line_num else f"{path} line {line}"
+        for start, rec in _records(reader, path):
+            where = f"{path} line {start}"
             if None in rec:
                 raise UsageBillingError(f"{where}: more fields than the header has columns")
             account = rec["account_id"] or ""  # as ingest reads it: a look-alike is refused, not trimmed
@@ -120,14 +121,10 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
                 )
             tz = (rec["timezone"] or "").strip() or "UTC"
             if tz not in zones:
-                try:
-                    ZoneInfo(tz)
-                    zones[tz] = True
-                except (ZoneInfoNotFoundError, ValueError):
-                    zones[tz] = False
-            if not zones[tz]:
+                zones[tz] = zone_problem(tz)
+            if zones[tz]:
                 raise UsageBillingError(
-                    f"{where}: unknown timezone {tz!r} (use an IANA name like Europe/Berlin)"
+                    f"{where}: unknown timezone {tz!r}: it {zones[tz]} (use an IANA name like Europe/Berlin)"
                 )
             start = _date((rec["active_from"] or "").strip(), where, "active_from")
             until_text = (rec["active_until"] or "").strip()
@@ -138,6 +135,23 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
             rows.append(AccountRow(account, plan, tz, start, until, **contact))
     _check_overlaps(rows, path)
     return rows
+
+
+def _records(reader: csv.DictReader, path: Path) -> Iterator[tuple[int, dict]]:
+    """Each record with the line it starts on. Parsed strictly: a quote that is never closed (which
+    would swallow every later row into one field) or text after a closing quote refuses the file,
+    naming the line where that record began."""
+    while True:
+        start = reader.line_num + 1
+        try:
+            rec = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise UsageBillingError(
+                f"{path} line {start}: not valid CSV ({exc}): is a quote opened there and never closed?"
+            ) from None
+        yield start, rec
 
 
 def _check_overlaps(rows: list[AccountRow], path: Path) -> None:

@@ -52,6 +52,9 @@ class IngestRun(Base):
         comment="event date (ISO) -> clean rows, for dates before landing"
     )
     status: Mapped[str] = mapped_column(String(16))
+    not_read: Mapped[dict | None] = mapped_column(
+        comment="landing entries not read (name -> why), e.g. a producer's temporary .file"
+    )
 
 
 class LakeBinding(Base):

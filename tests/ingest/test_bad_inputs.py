@@ -121,3 +121,31 @@ def test_a_resend_in_a_later_landing_date_is_a_duplicate(outcome):
         and stats["quarantined"] == {"conflicting_duplicate": 1}
         and stats["clean"] == 0
     )
+
+
+def test_a_landing_entry_not_read_is_counted_and_named(tmp_path, capsys):
+    """A producer's temporary ``.file`` is not read (it is still being written), but never silently:
+    the run's output and ``ingest_runs.not_read`` name it."""
+    from sqlalchemy import select
+
+    from pipelines.cli import main
+    from pipelines.warehouse.engine import make_engine
+    from schemas.warehouse import IngestRun
+    from tests.conftest import CATALOG_PATH
+
+    folder = tmp_path / "landing" / corpus.DAY
+    folder.mkdir(parents=True)
+    (folder / "gateway.jsonl").write_bytes(corpus.line(corpus.event("landed-1")) + b"\n")
+    (folder / ".gateway-2.jsonl.tmp").write_bytes(corpus.line(corpus.event("in-flight")) + b"\n")
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    argv = ["--config", str(CATALOG_PATH), "--database-url", url, "--lake", str(tmp_path / "lake")]
+    argv += ["--landing", str(tmp_path / "landing")]
+    assert main([*argv, "db", "upgrade"]) == 0
+    assert main([*argv, "events", "ingest", "--date", corpus.DAY]) == 0
+    out = capsys.readouterr().out
+    assert f"landing {corpus.DAY}: 1 entries not read (.gateway-2.jsonl.tmp)" in out, out
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(select(IngestRun.dataset, IngestRun.rows_read, IngestRun.not_read)).all()
+    engine.dispose()
+    assert [(d, n, list(nr or {})) for d, n, nr in rows] == [("events", 1, [".gateway-2.jsonl.tmp"])]

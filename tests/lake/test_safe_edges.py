@@ -392,6 +392,11 @@ def test_reading_a_changed_file_refuses_instead_of_mixing(tmp_path):
         ["usage", "aggregate", "--date", "9999-12-31"],
         ["invoices", "draft", "--month", "0001-01"],
         ["--database-url", "postgresql://relu:p@zz9q@127.0.0.1/test", "db", "upgrade"],
+        # Beam flags after -- are held to the bounds of the command line: no whole day quarantined
+        ["events", "ingest", "--date", "2026-03-02", "--", "--lateness_days=-1"],
+        ["events", "ingest", "--date", "2026-03-02", "--", "--lateness_days=100000"],
+        ["events", "ingest", "--date", "2026-03-02", "--", "--max_tokens_per_event=0"],
+        ["usage", "aggregate", "--date", "2026-03-02", "--", "--run_id=../../outside"],
     ],
 )
 def test_usage_mistakes_are_one_line_and_exit_2(argv, capsys, tmp_path):

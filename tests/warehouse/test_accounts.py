@@ -45,6 +45,12 @@ def test_plan_changes_and_defaults(tmp_path, catalog):
         ("a,pro,UTC,2026-02-05,2026-02-01\n", "active_until 2026-02-01 is before active_from"),
         ("a,pro,UTC,2026-02-01,\na,plus,UTC,2026-03-01,\n", "account a has overlapping rows"),
         (",pro,UTC,2026-02-01,\n", "line 2: account_id is empty"),
+        # accepted by zoneinfo, unknown to the tz database metering uses
+        ("a,pro,posix/Europe/Berlin,2026-02-01,\n", "line 2: unknown timezone 'posix/Europe/Berlin'"),
+        ("a,pro,right/UTC,2026-02-01,\n", "line 2: unknown timezone 'right/UTC'"),
+        # a quote never closed would swallow every later row into one field
+        ('a,pro,UTC,2026-02-01,\nb,pro,UTC,"2026-02-01,\nc,pro,UTC,2026-02-01,\n', "line 3: not valid CSV"),
+        ('a,pro,UTC,"2026-02-01"x,\n', "line 2: not valid CSV"),
     ],
 )
 def test_bad_rows_name_the_line(tmp_path, catalog, body, message):
