@@ -15,6 +15,7 @@ from sqlalchemy import Engine, func, select
 from billing.calendar import monday
 from billing.plan import own_pool_models
 from pipelines.adoption import weekly as adoption
+from pipelines.runtime.outputs import atomic, neutralize_value
 from pipelines.warehouse.engine import as_date, read_arrow
 from schemas.catalog import AdoptionConfig, Catalog
 from schemas.warehouse import UsageDaily
@@ -233,14 +234,16 @@ def write_contacts(rows: list[dict], path: Path, currency: str) -> None:
     """The accounts to contact as CSV: usage of the last weeks, the bill now, the change per tier."""
 
     columns = [c for c in rows[0] if c != "output_ms"] + ["currency"] if rows else ["account_id"]
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with atomic(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow(
                 {
                     **{
-                        k: (f"{v:.2f}" if isinstance(v, Decimal) else ("" if v is None else v))
+                        k: neutralize_value(
+                            f"{v:.2f}" if isinstance(v, Decimal) else ("" if v is None else v)
+                        )
                         for k, v in r.items()
                     },
                     "currency": currency,

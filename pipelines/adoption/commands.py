@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from pipelines.runtime.console import (
     LAKE,
+    OutOpt,
     lake_settings,
     out,
     step,
     warehouse_of,
 )
+from pipelines.runtime.outputs import output_folder
 
 retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and retirement reports.")
 
@@ -22,20 +23,22 @@ retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and
 def retirement_report(
     ctx: typer.Context,
     as_of: Annotated[str, typer.Option("--as-of", help="report date, YYYY-MM-DD (complete weeks up to it)")],
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    out_dir: OutOpt,
 ) -> None:
     """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
     from pipelines.adoption.retirement import run as report
     from pipelines.runtime.options import parse_date
 
     s = lake_settings(ctx)
+    day = parse_date(as_of, "--as-of")
+    folder = output_folder(out_dir, s.lake, s.landing)
     engine = warehouse_of(ctx)
     with step(f"retirement report as of {as_of}"):
-        data = report(engine, s.catalog, parse_date(as_of, "--as-of"), out_dir, s.lake)
+        data = report(engine, s.catalog, day, folder, s.lake)
     flagged = [m["model"] for m in data["models"] if m["flagged"]]
     out.print(
         f"{as_of}: {len(data['models'])} models over weeks {data['weeks'][0]}..{data['weeks'][-1]}; "
-        f"candidates: {', '.join(flagged) if flagged else 'none'}; report in {out_dir / 'report.html'}"
+        f"candidates: {', '.join(flagged) if flagged else 'none'}; report in {folder / 'report.html'}"
     )
 
 
@@ -44,7 +47,7 @@ def retirement_preview(
     ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", help="the model to retire")],
     month: Annotated[str, typer.Option("--month", help="account-local calendar month, YYYY-MM")],
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    out_dir: OutOpt,
     successor: Annotated[
         str | None, typer.Option("--successor", help="the model its use moves to (default: the catalog's)")
     ] = None,
@@ -63,9 +66,10 @@ def retirement_preview(
     from pipelines.adoption.preview_files import line, write
 
     s = lake_settings(ctx)
+    target = output_folder(out_dir, s.lake, s.landing)
     engine = warehouse_of(ctx)
     with step(f"migration preview of {model} in {month}"):
         result = preview(engine, s.catalog, s.lake, model, month, successor, tier)
-        folder = write(result, out_dir)
+        folder = write(result, target)
     out.print(line(result))
     out.print(f"preview in {folder / 'preview.csv'}")

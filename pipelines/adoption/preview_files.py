@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipelines.adoption.preview import PreviewResult
 from pipelines.errors import UsageBillingError
+from pipelines.runtime.outputs import atomic, neutralize_value, write_text
 
 CSV_COLUMNS = [
     "account_id",
@@ -31,13 +32,13 @@ def write(result: PreviewResult, out: str | Path) -> Path:
     folder = Path(out)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "preview.csv", "w", newline="", encoding="utf-8") as f:
+        with atomic(folder / "preview.csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
             w.writeheader()
-            w.writerows(_strings(r) for r in result.rows)
+            w.writerows({k: neutralize_value(v) for k, v in _strings(r).items()} for r in result.rows)
         payload = result.to_json()
-        (folder / "preview.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
-        (folder / "preview.md").write_text(markdown(result), encoding="utf-8")
+        write_text(folder / "preview.json", json.dumps(payload, indent=2, default=str))
+        write_text(folder / "preview.md", markdown(result))
     except OSError as exc:
         raise UsageBillingError(f"cannot write the preview to {folder}: {exc.strerror or exc}") from None
     return folder

@@ -40,6 +40,7 @@ from pipelines.adoption.preview_files import write as write_preview
 from pipelines.adoption.terms import definitions
 from pipelines.effectiveness.report import against_successor
 from pipelines.errors import UsageBillingError
+from pipelines.runtime.outputs import write_text
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
 from schemas.warehouse import RetirementCandidate
@@ -352,9 +353,9 @@ def run(
     folder = Path(out)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "report.json").write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-        (folder / "report.md").write_text(render_markdown(data), encoding="utf-8")
-        (folder / "report.html").write_text(render_html(data), encoding="utf-8")
+        write_text(folder / "report.json", json.dumps(data, indent=2, default=str))
+        write_text(folder / "report.md", render_markdown(data))
+        write_text(folder / "report.html", render_html(data))
         for m in report["models"]:
             if not m.flagged:
                 continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,6 +10,7 @@ from pipelines.runtime.console import (
     BEAM,
     DateOpt,
     FromOpt,
+    OutOpt,
     ToOpt,
     dates_argv,
     out,
@@ -18,6 +18,7 @@ from pipelines.runtime.console import (
     step,
     warehouse_of,
 )
+from pipelines.runtime.outputs import output_folder
 
 effectiveness_app = typer.Typer(
     no_args_is_help=False, help="One-pass rate, rework and end-to-end time per model and speed tier."
@@ -47,7 +48,7 @@ def effectiveness_report(
     ctx: typer.Context,
     start: Annotated[str, typer.Option("--from", help="first date, YYYY-MM-DD")],
     end: Annotated[str, typer.Option("--to", help="last date, YYYY-MM-DD (complete ISO weeks in between)")],
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    out_dir: OutOpt,
 ) -> None:
     """effectiveness.json, .md and .html over the complete ISO weeks from --from to --to (weeks that
     changed or were never computed are computed first)."""
@@ -63,6 +64,7 @@ def effectiveness_report(
     first, last = parse_date(start, "--from date"), parse_date(end, "--to date")
     if last < first:
         raise UsageBillingError(f"--to {last} is before --from {first}")
+    out_dir = output_folder(out_dir, s.lake, s.landing)
     engine = warehouse_of(ctx)
     with step(f"effectiveness report {first} .. {last}"):
         pipeline.run([*s.argv(), *ctx.args])  # the weeks that changed since they were computed

@@ -30,6 +30,7 @@ from pipelines.effectiveness.figures import ALL_TIERS, head_to_head, sentence
 from pipelines.effectiveness.html import markdown, page
 from pipelines.effectiveness.pipeline import TASKS, Held, held_partitions, partition_files, week_dates
 from pipelines.errors import UsageBillingError
+from pipelines.runtime.outputs import write_text
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA
 from schemas.outcomes import OUTCOME_LAKE_SCHEMA
@@ -244,9 +245,9 @@ def build(engine: Engine, lake_root: str, catalog: Catalog, first: dt.date, last
 
 def write(out_dir: Path, report: dict) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "effectiveness.json").write_text(json.dumps(report["data"], indent=2) + "\n")
-    (out_dir / "effectiveness.md").write_text(markdown(report))
-    (out_dir / "effectiveness.html").write_text(page(report))
+    write_text(out_dir / "effectiveness.json", json.dumps(report["data"], indent=2) + "\n")
+    write_text(out_dir / "effectiveness.md", markdown(report))
+    write_text(out_dir / "effectiveness.html", page(report))
 
 
 def run(

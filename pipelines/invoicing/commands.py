@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,6 +9,7 @@ import typer
 from pipelines.runtime.console import (
     MonthOpt,
     OptionalAccountOpt,
+    OutOpt,
     err,
     out,
     settings_of,
@@ -90,7 +90,7 @@ def invoices_void(
 def invoices_export(
     ctx: typer.Context,
     month: MonthOpt,
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    out_dir: OutOpt,
     fmt: Annotated[
         str,
         typer.Option("--format", help="one or more of csv, parquet, html, pdf, comma separated"),
@@ -101,7 +101,8 @@ def invoices_export(
     from pipelines.invoicing.export import export
 
     with step(f"exporting the documents of {month}"):
-        n = export(warehouse_of(ctx), month, out_dir, fmt, account=account)
+        s = settings_of(ctx)
+        n = export(warehouse_of(ctx), month, out_dir, fmt, account=account, lake=s.lake, landing=s.landing)
     written = [f"{n['invoices']:,} documents, {n['lines']:,} lines"]
     written += [f"{n[kind]:,} {kind.upper()} documents" for kind in ("html", "pdf") if n[kind]]
     out.print(f"{month}: {', '.join(written)} in {out_dir}")

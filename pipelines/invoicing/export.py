@@ -27,6 +27,7 @@ from billing.invoices import LINE_SCHEMA, PLAN_PERIOD_SCHEMA, charge_types, unit
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import customer
 from pipelines.invoicing.months import check_month
+from pipelines.runtime.outputs import atomic, neutralize, output_folder, write_text
 from pipelines.warehouse.engine import read_arrow
 from schemas.lake import DOCUMENT_COLUMNS, EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
 from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan
@@ -74,29 +75,31 @@ def export(
     out: str | Path,
     formats: str | list[str] | tuple[str, ...] = "csv,html",
     account: str | None = None,
+    lake: str = "",
+    landing: str = "",
 ) -> dict[str, int]:
     """Write the month's numbered documents (of ``account`` only, when given) in ``formats``;
-    returns how many documents, lines, HTML pages and PDFs were written."""
+    returns how many documents, lines, HTML pages and PDFs were written. ``out`` may not lie inside
+    ``lake`` or ``landing``; every file is written whole or not at all (``runtime.outputs``)."""
     month = check_month(month)
     chosen = parse_formats(formats)
-    out = Path(out)
+    if not str(out).strip():
+        raise UsageBillingError("--out is empty: give the folder to write to")
     docs, lines, plans = _read(engine, month, account)
     if account is not None and docs.num_rows == 0:
         raise UsageBillingError(f"account {account!r} has no numbered document for {month}")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageBillingError(f"cannot write to {out}: {exc.strerror}") from None
+    out = output_folder(out, lake, landing)
     counts = {"invoices": docs.num_rows, "lines": lines.num_rows, "html": 0, "pdf": 0}
     try:
         for fmt in ("csv", "parquet"):
             if fmt in chosen:
                 for name, table in (("invoices", docs), ("invoice_lines", export_lines(lines, docs, month))):
                     table = table.select(list(INVOICE_COLUMNS if name == "invoices" else LINE_COLUMNS))
-                    if fmt == "csv":
-                        csv.write_csv(table, out / f"{name}.csv")
-                    else:
-                        pq.write_table(table, out / f"{name}.parquet")
+                    with atomic(out / f"{name}.{fmt}") as tmp:
+                        if fmt == "csv":  # for spreadsheets: no cell runs as a formula
+                            csv.write_csv(neutralize(table), tmp)
+                        else:  # for machines: the raw values
+                            pq.write_table(table, tmp)
         if "html" in chosen or "pdf" in chosen:
             pages = document_pages(docs, lines, plans, month)  # made one batch at a time
             if "html" in chosen:
@@ -176,7 +179,7 @@ def _written_as_html(
     """Pass the pages on, writing each as ``folder/<number>.html`` on the way (counted)."""
     folder.mkdir(parents=True, exist_ok=True)
     for number, page in pages:
-        (folder / f"{number}.html").write_text(page, encoding="utf-8")
+        write_text(folder / f"{number}.html", page)
         counts["html"] += 1
         yield number, page
 
@@ -205,25 +208,28 @@ def document_pages(
 
 
 def write_index(folder: Path, docs: pa.Table) -> None:
-    """``folder/index.html``: the documents of the export, with links to their HTML and PDF."""
+    """``folder/index.html``: the documents of the export, with links to their HTML and to their PDF
+    where there is one (``--format pdf``): every link resolves."""
     e = html.escape
     rows = []
+    pdfs = folder.parent / "pdf"
     for d in docs.to_pylist():
         n = e(d["invoice_number"])
+        pdf = f"<a href='../pdf/{n}.pdf'>PDF</a>" if (pdfs / f"{d['invoice_number']}.pdf").is_file() else ""
         rows.append(
             f"<tr><td><a href='{n}.html'>{n}</a></td><td>{e(d['document_type'])}</td>"
             f"<td>{e(d['status'])}</td><td>{e(d['account_id'])}</td><td>{e(d['customer_name'] or '')}</td>"
             f"<td class=n>{e(customer.money(d['total'], d['currency']))}</td>"
-            f"<td><a href='../pdf/{n}.pdf'>PDF</a></td></tr>"
+            f"<td>{pdf}</td></tr>"
         )
     month = e(docs["period"][0].as_py()) if docs.num_rows else ""
-    (folder / "index.html").write_text(
+    write_text(
+        folder / "index.html",
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>Documents {month}</title><style>{customer.CSS}</style></head><body>"
         f"<h1 style='text-align:left'>Documents {month}</h1><table class='summary'><thead><tr>"
         "<th>Number</th><th>Type</th><th>Status</th><th>Account</th><th>Customer</th>"
         "<th class=n>Total</th><th>PDF</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
-        f"<p class='foot'>{len(rows):,} documents. The PDFs are there when the export asked for them "
+        f"<p class='foot'>{len(rows):,} documents. A PDF is linked where the export wrote one "
         "(--format pdf).</p></body></html>",
-        encoding="utf-8",
     )

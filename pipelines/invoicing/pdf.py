@@ -15,6 +15,7 @@ from itertools import chain, islice
 from pathlib import Path
 
 from pipelines.errors import UsageBillingError
+from pipelines.runtime.outputs import atomic
 
 SERIAL_BELOW = 8  # fewer documents than this are drawn in this process (a pool costs a second to start)
 CHUNK = 16
@@ -34,7 +35,8 @@ def _weasyprint():  # type: ignore[no-untyped-def]
 def _draw(jobs: list[tuple[str, str]]) -> int:
     weasyprint = _weasyprint()
     for page, target in jobs:
-        weasyprint.HTML(string=page).write_pdf(target)
+        with atomic(Path(target)) as tmp:  # whole or not at all
+            weasyprint.HTML(string=page).write_pdf(tmp)
     return len(jobs)
 
 

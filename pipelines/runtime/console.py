@@ -39,6 +39,8 @@ DateOpt = Annotated[str | None, typer.Option("--date", help="one date, YYYY-MM-D
 FromOpt = Annotated[str | None, typer.Option("--from", help="first date of a range")]
 ToOpt = Annotated[str | None, typer.Option("--to", help="last date of a range")]
 MonthOpt = Annotated[str, typer.Option("--month", help="account-local calendar month, YYYY-MM")]
+# Checked by runtime.outputs.output_folder: not empty, not inside the lake or the landing area.
+OutOpt = Annotated[str, typer.Option("--out", help="output folder (not inside the lake or the landing area)")]
 
 
 def _account_id(value: str | None) -> str | None:

@@ -357,3 +357,25 @@ def test_support_exports_one_accounts_pdf_alone(month, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no-such-account" in err and "--format takes one or more of csv, parquet, html, pdf" in err
     assert "Traceback" not in err
+
+
+def test_the_index_links_only_files_that_exist_and_outputs_never_land_in_the_lake(month, tmp_path, capsys):
+    import re
+
+    s = month["settings"]
+    args = [*cli_args(s), "invoices", "export", "--month", MONTH]
+    assert main([*args, "--out", str(tmp_path / "no-pdf"), "--format", "csv,html"]) == 0
+    index = (tmp_path / "no-pdf" / "html" / "index.html").read_text(encoding="utf-8")
+    links = re.findall(r"href='([^']+)'", index)
+    assert links and all((tmp_path / "no-pdf" / "html" / link).resolve().is_file() for link in links)
+    assert not any(link.endswith(".pdf") for link in links)
+    full = (month["out"] / "html" / "index.html").read_text(encoding="utf-8")  # the export with PDFs
+    pdf_links = [link for link in re.findall(r"href='([^']+)'", full) if link.endswith(".pdf")]
+    assert len(pdf_links) == month["counts"]["pdf"] > 0
+    capsys.readouterr()
+    for out in (f"{s.lake}/events/date=2026-03-02", s.lake, f"{s.landing}/x", "", "   "):
+        assert main([*args, "--out", out]) == 2, out
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and ("inside the" in lines[0] or "is empty" in lines[0]), err
+    assert not (Path(s.lake) / "events" / "date=2026-03-02" / "invoices.csv").exists()
