@@ -6,6 +6,8 @@
 - ``finance_unknown_accounts``: every document of such an account (or of one accepted since), with
   its tokens, total and the acceptance, if any.
 - ``ingest_runs.not_read``: the landing entries a run did not read and why (name -> why).
+- ``lock_fences``: per step lock, a token raised each time it is taken; a run's commit checks it is
+  still its own, so a run that lost its lock never commits.
 
 Revision ID: 0019
 Revises: 0018
@@ -55,12 +57,21 @@ def upgrade() -> None:
             comment="landing entries not read (name -> why), e.g. a producer's temporary .file",
         ),
     )
+    op.create_table(
+        "lock_fences",
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column(
+            "token", sa.BigInteger(), nullable=False, comment="raised by one each time the lock is taken"
+        ),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_lock_fences")),
+    )
     finance.create(bind, gaps=True, documents=True, unknown=True)
 
 
 def downgrade() -> None:
     bind = op.get_bind()
     finance.drop(bind)
+    op.drop_table("lock_fences")
     with op.batch_alter_table("ingest_runs") as batch:
         batch.drop_column("not_read")
     op.drop_table("unknown_account_acceptances")

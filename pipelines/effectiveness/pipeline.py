@@ -32,7 +32,7 @@ from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.binding import require_lake
 from pipelines.warehouse.engine import insert_arrow, make_engine, require_schema
 from pipelines.warehouse.gate import held_back
-from pipelines.warehouse.locks import database_lock, step_lock
+from pipelines.warehouse.locks import Fence, database_lock, step_lock
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA, utc_date
 from schemas.lake import AMOUNT
@@ -251,11 +251,13 @@ def run(
     opts = options.view_as(EffectivenessOptions)
     dates = date_range(opts) if (opts.date or opts.from_date or opts.to_date) else None
     catalog = load_catalog(opts.config)
-    with database_lock(opts.database_url, "effectiveness"):
-        return _run(options, opts, dates, catalog, skip)
+    with database_lock(opts.database_url, "effectiveness") as fence:
+        return _run(options, opts, dates, catalog, skip, fence)
 
 
-def _run(options, opts, dates: list[dt.date] | None, catalog: Catalog, skip=frozenset()) -> list[dt.date]:  # type: ignore[no-untyped-def]
+def _run(
+    options, opts, dates: list[dt.date] | None, catalog: Catalog, skip=frozenset(), fence: Fence | None = None
+) -> list[dt.date]:  # type: ignore[no-untyped-def]
     engine = make_engine(opts.database_url)
     try:
         require_schema(engine)
@@ -281,7 +283,7 @@ def _run(options, opts, dates: list[dt.date] | None, catalog: Catalog, skip=froz
             weeks = [w for w in weeks if w not in blocked_weeks]
         covered = [r for r, w in reach.items() if w <= set(weeks)]
         if weeks:
-            _compute(options, opts, engine, catalog, weeks, covered, held)
+            _compute(options, opts, engine, catalog, weeks, covered, held, fence)
         elif covered:
             _dequeue(engine, covered)
         return weeks
@@ -305,9 +307,16 @@ def _read(stage: str, name: str, weeks: list[dt.date], schema: pa.Schema) -> pa.
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def _compute(
-    options, opts, engine: Engine, catalog: Catalog, weeks: list[dt.date], covered: list[tuple], held: Held
-) -> None:  # type: ignore[no-untyped-def]
+def _compute(  # type: ignore[no-untyped-def]
+    options,
+    opts,
+    engine: Engine,
+    catalog: Catalog,
+    weeks: list[dt.date],
+    covered: list[tuple],
+    held: Held,
+    fence: Fence | None = None,
+) -> None:
     run_id = opts.run_id or new_run_id("effectiveness")
     stage = fresh_stage(opts.lake, run_id, STEP)
     try:
@@ -338,5 +347,7 @@ def _compute(
             insert_arrow(conn, te, groups)
             insert_arrow(conn, ew, counts)
             _delete_queued(conn, covered)
+            if fence is not None:
+                fence.check(conn)
     finally:
         lake.discard(stage)

@@ -107,7 +107,7 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
     now = dt.datetime.now(dt.UTC)
     if first > now.date():
         raise UsageBillingError(f"cannot draft {month}: it has not started yet (today is {now.date()})")
-    with step_lock(engine, month_lock(month)), engine.begin() as conn:
+    with step_lock(engine, month_lock(month)) as fence, engine.begin() as conn:
         lock_month(conn, month)
         stale = stale_reason(conn, catalog, month)
         if stale:  # even for an open month's drafts: fees and usage must come from one version
@@ -151,6 +151,7 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         insert_arrow(conn, InvoiceLine.__table__, lines)
         insert_arrow(conn, InvoicePlan.__table__, periods)
         unknown = tuple(unknown_drafts(conn, month))
+        fence.check(conn)
     total = pc.sum(header["total"]).as_py() if header.num_rows else 0
     return DraftResult(
         month,
@@ -290,7 +291,7 @@ def finalize(
     month = check_month(month)
     i = Invoice.__table__
     counter = InvoiceCounter.__table__
-    with step_lock(engine, month_lock(month)), engine.begin() as conn:
+    with step_lock(engine, month_lock(month)) as fence, engine.begin() as conn:
         lock_month(conn, month)
         still_open = open_reason(conn, catalog, month)
         if still_open:
@@ -369,6 +370,7 @@ def finalize(
             raise UsageBillingError(f"{month}: finalized {done} of {count} drafts; rolled back")
         faults.checkpoint("invoices.finalize")
         conn.execute(update(counter).where(counter.c.period == month).values(last_number=last + count))
+        fence.check(conn)
     return FinalizeResult(month, count, invoice_number(month, last + 1), invoice_number(month, last + count))
 
 
@@ -399,7 +401,7 @@ def void(engine: Engine, number: str, reason: str) -> str:
     if not found:
         raise UsageBillingError(f"no invoice numbered {number} (numbers look like INV-202603-000017)")
     i = Invoice.__table__
-    with step_lock(engine, month_lock(f"{found[1]}-{found[2]}")), engine.begin() as conn:
+    with step_lock(engine, month_lock(f"{found[1]}-{found[2]}")) as fence, engine.begin() as conn:
         row = conn.execute(select(i.c.account_id, i.c.status).where(i.c.invoice_number == number)).first()
         if row is None:
             raise UsageBillingError(f"no invoice numbered {number}")
@@ -412,4 +414,5 @@ def void(engine: Engine, number: str, reason: str) -> str:
             .where(and_(i.c.invoice_number == number, i.c.status == "finalized"))
             .values(status="void", voided_at=dt.datetime.now(dt.UTC), void_reason=reason.strip())
         )
+        fence.check(conn)
     return row.account_id

@@ -68,13 +68,14 @@ from pipelines.quota.store import (
     state_dates,
     usable_state,
 )
+from pipelines.runtime import faults
 from pipelines.runtime.options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.gate import held_back
-from pipelines.warehouse.locks import database_lock, lock_wait, step_lock
+from pipelines.warehouse.locks import Fence, database_lock, lock_wait, step_lock
 from pipelines.warehouse.recompute import mark_metered
 from pipelines.warehouse.unknown import describe, unknown_usage
 from schemas.catalog import Catalog, load_catalog
@@ -300,11 +301,11 @@ def run(argv: list[str] | None = None) -> MeterResult:
     options = pipeline_options(argv, threads=True)
     opts = options.view_as(MeterOptions)
     dates = meter_dates(opts)  # a mistake in the dates is told before any database work
-    with database_lock(opts.database_url, "quota meter"):
-        return _run(options, opts, dates)
+    with database_lock(opts.database_url, "quota meter") as fence:
+        return _run(options, opts, dates, fence)
 
 
-def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # type: ignore[no-untyped-def]
+def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> MeterResult:  # type: ignore[no-untyped-def]
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
@@ -368,9 +369,11 @@ def _run(options, opts: MeterOptions, dates: list[dt.date]) -> MeterResult:  # t
             _ = metered | "StageMetered" >> beam.ParDo(StageShardTable(stage))
         seconds["pipeline"] = time.perf_counter() - began
         began = time.perf_counter()
-        counts = load_warehouse(engine, catalog, stage, dates, run_id, started)
+        faults.checkpoint("meter.load")
+        counts = load_warehouse(engine, catalog, stage, dates, run_id, started, fence)
         with engine.begin() as conn:
             mark_metered(conn, first, last, started)
+            fence.check(conn)
         counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, new_stamps)
         seconds["load"] = time.perf_counter() - began
         with engine.connect() as conn:

@@ -21,6 +21,7 @@ from pipelines.ingest.dedup import HASH, runs, shard_segments, stable_hash
 from pipelines.quota.checks import check_totals
 from pipelines.quota.remeter import plans_digest
 from pipelines.warehouse.engine import as_date, insert_arrow, replace_rows
+from pipelines.warehouse.locks import Fence
 from schemas.catalog import Catalog
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
 from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
@@ -277,7 +278,13 @@ def _staged(stage: str, name: str) -> pa.Table | None:
 
 
 def load_warehouse(  # type: ignore[no-untyped-def]
-    engine, catalog: Catalog, stage: str, dates: list[dt.date], run_id: str, started: dt.datetime
+    engine,
+    catalog: Catalog,
+    stage: str,
+    dates: list[dt.date],
+    run_id: str,
+    started: dt.datetime,
+    fence: Fence | None = None,
 ) -> dict[str, int]:
     """The staged rows, checked, into the warehouse in one transaction: billable usage, the local x UTC
     day bridge, the metered dates (with what they reflect) and the pool balances of their periods."""
@@ -312,6 +319,8 @@ def load_warehouse(  # type: ignore[no-untyped-def]
         conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
         if pools is not None:
             insert_arrow(conn, pt, pools)
+        if fence is not None:
+            fence.check(conn)  # the last statement: a run that lost its lock commits nothing
     return {
         "billable_usage": 0 if billable is None else billable.num_rows,
         "pool_usage": 0 if pools is None else pools.num_rows,

@@ -32,7 +32,7 @@ from pipelines.usage.partials import (
 from pipelines.warehouse.binding import require_lake, require_partitions
 from pipelines.warehouse.engine import make_engine, replace_rows, require_schema
 from pipelines.warehouse.gate import without_held
-from pipelines.warehouse.locks import database_lock, step_lock
+from pipelines.warehouse.locks import Fence, database_lock, step_lock
 from pipelines.warehouse.recompute import mark_aggregated
 from schemas.warehouse import ModelDaily, UsageDaily, UsageDailyError
 
@@ -126,11 +126,11 @@ def run(argv: list[str] | None = None) -> dict[dt.date, int]:
     options = pipeline_options(argv)
     opts = options.view_as(AggregateOptions)
     dates = date_range(opts)  # a mistake in the dates is told before any database work
-    with database_lock(opts.database_url, "usage aggregate"):
-        return _run(options, opts, dates)
+    with database_lock(opts.database_url, "usage aggregate") as fence:
+        return _run(options, opts, dates, fence)
 
 
-def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date, int]:  # type: ignore[no-untyped-def]
+def _run(options, opts: AggregateOptions, dates: list[dt.date], fence: Fence) -> dict[dt.date, int]:  # type: ignore[no-untyped-def]
     engine = make_engine(opts.database_url)
     require_schema(engine)
     require_lake(engine, opts.lake, "usage aggregate")
@@ -163,6 +163,7 @@ def _run(options, opts: AggregateOptions, dates: list[dt.date]) -> dict[dt.date,
             replace_rows(conn, UsageDailyError.__table__, "day", dates, staged["errors"])
             replace_rows(conn, ModelDaily.__table__, "day", dates, daily)
             mark_aggregated(conn, dates[0], dates[-1], started)
+            fence.check(conn)  # the last statement: a run that lost its lock commits nothing
     finally:
         lake.discard(stage)
         engine.dispose()

@@ -177,7 +177,7 @@ def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
     rows = parse_accounts(path, catalog)
     ids = sorted({r.account_id for r in rows})
     table = Account.__table__
-    with step_lock(engine, ACCOUNTS_LOCK), engine.begin() as conn:
+    with step_lock(engine, ACCOUNTS_LOCK) as fence, engine.begin() as conn:
         before = account_rows(conn, ids)
         for i in range(0, len(ids), 500):
             conn.execute(delete(table).where(table.c.account_id.in_(ids[i : i + 500])))
@@ -185,6 +185,7 @@ def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
             conn.execute(insert(table), [r.__dict__ for r in rows])
         # Metered days whose plan in force or timezone this load changed: metered again before a draft.
         queue_account_changes(conn, before, rows, dt.datetime.now(dt.UTC))
+        fence.check(conn)
     return len(rows)
 
 

@@ -12,10 +12,19 @@ none (one process).
 
 A second run waits up to ``USAGE_BILLING_LOCK_WAIT`` seconds (default 0) and then exits with
 ``LockBusy``, which says who holds the lock; the CLI exits with code 75 (EX_TEMPFAIL: try later).
+
+Fencing: a lock can be lost while its run goes on (its PostgreSQL connection terminated by an
+operator or a timeout, its lock file removed), and another run may then take it. Each time a lock is
+taken, its token in ``lock_fences`` goes up by one (committed at once); the holder's commit checks,
+as the last statement of the transaction that writes its results, that the token is still its own
+(``Fence.check``), so a run that lost its lock to another stops before it commits (``LockLost``). On
+PostgreSQL the check locks the token's row until the commit, on SQLite the transaction holds the
+database's write lock by then: the next holder's token cannot move in between.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import hashlib
@@ -26,9 +35,10 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from pipelines.errors import UsageBillingError
@@ -58,20 +68,62 @@ def _busy(name: str, holder: str, waited: float) -> LockBusy:
     )
 
 
+class LockLost(UsageBillingError):
+    """The run's lock was taken by another run while this one went on: it stops before it commits."""
+
+    exit_code = 75
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The token a run got with its lock; ``check`` in the committing transaction (see the module)."""
+
+    name: str
+    token: int | None = None  # None: nothing to fence (in-memory SQLite: one process)
+
+    def check(self, conn: Connection) -> None:
+        if self.token is None:
+            return
+        lock = " FOR UPDATE" if conn.dialect.name == "postgresql" else ""
+        current = conn.execute(
+            text(f"SELECT token FROM lock_fences WHERE name = :n{lock}"), {"n": _key(self.name)}
+        ).scalar()
+        if current != self.token:
+            raise LockLost(
+                f"{self.name}: this run lost its lock while it ran and another run took it over (its "
+                f"connection or lock file went away); nothing was committed: that run's result stands"
+            )
+
+
+def _key(name: str) -> str:
+    return name if len(name) <= 200 else name[:180] + hashlib.sha256(name.encode()).hexdigest()[:20]
+
+
+def _take_token(engine: Engine, name: str) -> int:
+    """The lock's next token, committed at once, so a run that lost the lock sees it moved."""
+    key = {"n": _key(name)}
+    with engine.begin() as conn:
+        moved = conn.execute(text("UPDATE lock_fences SET token = token + 1 WHERE name = :n"), key).rowcount
+        if not moved:
+            conn.execute(text("INSERT INTO lock_fences (name, token) VALUES (:n, 1)"), key)
+        return int(conn.execute(text("SELECT token FROM lock_fences WHERE name = :n"), key).scalar_one())
+
+
 @contextmanager
-def step_lock(engine: Engine, name: str, wait: float | None = None) -> Iterator[None]:
-    """Hold the lock ``name`` for the block; raise ``LockBusy`` if it stays taken for ``wait`` seconds."""
+def step_lock(engine: Engine, name: str, wait: float | None = None) -> Iterator[Fence]:
+    """Hold the lock ``name`` for the block; raise ``LockBusy`` if it stays taken for ``wait`` seconds.
+    Yields the run's ``Fence``: the transaction that commits the run's results calls its ``check``."""
     wait = lock_wait() if wait is None else wait
     if engine.dialect.name == "postgresql":
         with _pg_lock(engine, name, wait):
-            yield
+            yield Fence(name, _take_token(engine, name))
         return
     database = engine.url.database
     if engine.dialect.name == "sqlite" and database not in (None, "", ":memory:"):
         with _file_lock(Path(database), name, wait):
-            yield
+            yield Fence(name, _take_token(engine, name))
         return
-    yield
+    yield Fence(name)
 
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for FOR UPDATE NOWAIT on a locked row
@@ -80,7 +132,7 @@ LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for FOR UPDATE NOWAIT on a
 @contextmanager
 def _pg_lock(engine: Engine, name: str, wait: float) -> Iterator[None]:
     label = f"usage-billing lock {name}"[:63]
-    key = {"n": name if len(name) <= 200 else name[:180] + hashlib.sha256(name.encode()).hexdigest()[:20]}
+    key = {"n": _key(name)}
     conn = engine.connect()
     try:
         conn.execute(text("SELECT set_config('application_name', :a, false)"), {"a": label})
@@ -106,7 +158,9 @@ def _pg_lock(engine: Engine, name: str, wait: float) -> Iterator[None]:
         except DBAPIError:
             pass  # the connection is gone, and the lock with it
     finally:
-        conn.close()
+        # a connection terminated under the run: what the run raised is the news
+        with contextlib.suppress(DBAPIError):
+            conn.close()
 
 
 def _pg_holder(conn, label: str) -> str:  # type: ignore[no-untyped-def]
@@ -155,14 +209,14 @@ def _file_lock(database: Path, name: str, wait: float) -> Iterator[None]:
 
 
 @contextmanager
-def database_lock(database_url: str, name: str) -> Iterator[None]:
+def database_lock(database_url: str, name: str) -> Iterator[Fence]:
     """``step_lock`` on an engine of its own, for a step that opens its engines itself."""
     from pipelines.warehouse.engine import make_engine, require_schema
 
     engine = make_engine(database_url)
     try:
         require_schema(engine)  # the lock table is the schema's
-        with step_lock(engine, name):
-            yield
+        with step_lock(engine, name) as fence:
+            yield fence
     finally:
         engine.dispose()

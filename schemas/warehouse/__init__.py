@@ -35,6 +35,7 @@ from schemas.warehouse.operations import (  # noqa: F401
     DqResult,
     IngestRun,
     LakeBinding,
+    LockFence,
     PipelineLock,
     RecomputeQueue,
 )

@@ -82,6 +82,16 @@ class PipelineLock(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
 
 
+class LockFence(Base):
+    """Per step lock, how many times it was taken: the token a run's commit checks is still its own
+    (``pipelines.warehouse.locks``), so a run that lost its lock to another never commits."""
+
+    __tablename__ = "lock_fences"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    token: Mapped[int] = mapped_column(comment="raised by one each time the lock is taken")
+
+
 class RecomputeQueue(Base):
     """Event dates whose lake partition an ingest run changed and whose downstream steps (aggregate,
     meter) have not both run since. Written in the ingest run's transaction. ``usage aggregate`` and

@@ -340,6 +340,37 @@ def test_two_meters_at_once_one_runs_one_exits_and_rows_are_not_doubled(postgres
     assert warehouse_state(s.database_url) == before
 
 
+def test_a_meter_that_loses_its_lock_stops_before_it_commits(postgres_settings, tmp_path):
+    """Its lock connection terminated mid-run, a second meter takes the lock and commits; the first,
+    resumed, finds its fencing token moved and commits nothing (exit 75)."""
+    s = postgres_settings
+    ok(s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))
+    ok(s, "run-day", "--date", DAY1.isoformat())
+    flag = tmp_path / "paused"
+    first = _paused(s, flag, "meter.load", "quota", "meter", "--date", DAY1.isoformat())
+    try:
+        engine = make_engine(s.database_url)
+        with engine.begin() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'usage-billing lock quota meter'"
+                )
+            ).all()
+        engine.dispose()
+        assert len(ended) == 1
+        second = cli(s, "quota", "meter", "--date", DAY1.isoformat())
+        assert second.returncode == 0, second.stderr
+        after_second = warehouse_state(s.database_url)
+    finally:
+        flag.unlink()
+    code = first.wait(timeout=300)
+    err = first.communicate()[1]
+    assert code == 75, err
+    assert "lost its lock" in err and "nothing was committed" in err and "Traceback" not in err, err
+    assert warehouse_state(s.database_url) == after_second
+
+
 def test_on_sqlite_a_second_run_finds_the_lock_file_held_and_names_the_holder(after_day1, tmp_path):
     s = _copy(after_day1, tmp_path / "run")
     flag = tmp_path / "paused"
