@@ -91,34 +91,72 @@ def utc_span(month: str, zones: set[str] | frozenset[str]) -> tuple[dt.date, dt.
     return min(starts), max(ends)
 
 
+def _fee_pieces(plans: pa.Table, catalog: Catalog, first: dt.date, last: dt.date) -> pa.Table:
+    """Plan rows clipped to the month and split where the plan's fee changes (``[[plans.fees]]``):
+    account_id, plan, days, monthly_fee. Plans without fee rows are priced per distinct plan; only
+    rows of plans whose fee changes are split one by one (a row per account, never per event)."""
+    start = np.maximum(plans["active_from"].to_numpy().astype("datetime64[D]"), np.datetime64(first))
+    until = pc.fill_null(plans["active_until"], pa.scalar(last, pa.date32()))
+    end = np.minimum(until.to_numpy().astype("datetime64[D]"), np.datetime64(last))
+    rows = pa.table(
+        {
+            "account_id": plans["account_id"],
+            "plan": plans["plan"],
+            "start": pa.array(start, pa.date32()),
+            "end": pa.array(end, pa.date32()),
+        }
+    ).filter(pa.array(end >= start))
+    dated = pa.array(sorted(p.id for p in catalog.plans if p.fees), pa.string())
+    changing = pc.is_in(rows["plan"], value_set=dated)
+    simple = rows.filter(pc.invert(changing))
+    fee_of = {p.id: p.monthly_fee for p in catalog.plans}
+    days = pc.add(pc.subtract(simple["end"].cast(pa.int32()), simple["start"].cast(pa.int32())), 1)
+    fees = pa.array([fee_of[p] for p in pc.unique(simple["plan"]).to_pylist()], PRICE)
+    index = pc.index_in(simple["plan"], value_set=pc.unique(simple["plan"]))
+    out = [
+        pa.table(
+            {
+                "account_id": simple["account_id"],
+                "plan": simple["plan"],
+                "days": days.cast(pa.int64()),
+                "monthly_fee": pc.take(fees, index) if len(fees) else pa.array([], PRICE),
+            }
+        )
+    ]
+    split: dict[str, list] = {"account_id": [], "plan": [], "days": [], "monthly_fee": []}
+    for row in rows.filter(changing).to_pylist():
+        for a, b, fee, _ in catalog.plan(row["plan"]).fee_pieces(row["start"], row["end"]):
+            for key, value in zip(
+                split, (row["account_id"], row["plan"], (b - a).days + 1, fee), strict=True
+            ):
+                split[key].append(value)
+    out.append(pa.table(split, schema=out[0].schema))
+    return pa.concat_tables(out)
+
+
 def plan_fee_lines(plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
-    """One line per plan row in force in the month: fee x active days / days in month.
+    """One line per plan row in force in the month and fee (a row is split where the plan's fee
+    changes): fee x active days / days in month.
 
     ``plans``: account_id, plan, active_from, active_until (null = open); pay-as-you-go rows (null
-    plan) pay no fee. The fee is computed once per distinct (plan, active days), then joined.
+    plan) pay no fee. The amount is computed once per distinct (plan, active days, fee), then joined.
     """
     first, last = month_bounds(month)
     plans = plans.filter(pc.is_valid(plans["plan"]))
     if plans.num_rows == 0:
         return LINE_SCHEMA.empty_table()
-    start = np.maximum(plans["active_from"].to_numpy().astype("datetime64[D]"), np.datetime64(first))
-    until = pc.fill_null(plans["active_until"], pa.scalar(last, pa.date32()))
-    end = np.minimum(until.to_numpy().astype("datetime64[D]"), np.datetime64(last))
-    days = (end - start).astype(np.int64) + 1
-    rows = pa.table({"account_id": plans["account_id"], "plan": plans["plan"], "days": pa.array(days)})
-    rows = rows.filter(pa.array(days > 0))
+    rows = _fee_pieces(plans, catalog, first, last)
     in_month = (last - first).days + 1
-    distinct = rows.group_by(["plan", "days"]).aggregate([])
-    fees, amounts_, texts = [], [], []
-    for plan_id, n in zip(distinct["plan"].to_pylist(), distinct["days"].to_pylist(), strict=True):
-        fee = catalog.plan(plan_id).monthly_fee
-        fees.append(fee)
+    distinct = rows.group_by(["plan", "days", "monthly_fee"]).aggregate([])
+    amounts_, texts = [], []
+    for plan_id, n, fee in zip(
+        *(distinct[c].to_pylist() for c in ("plan", "days", "monthly_fee")), strict=True
+    ):
         amounts_.append(cents(fee * n / in_month))
         texts.append(f"{plan_id} plan, {n} of {in_month} days")
-    priced = distinct.append_column("unit_price", pa.array(fees, PRICE))
-    priced = priced.append_column("amount", pa.array(amounts_, AMOUNT))
+    priced = distinct.append_column("amount", pa.array(amounts_, AMOUNT))
     priced = priced.append_column("description", pa.array(texts, pa.string()))
-    joined = rows.join(priced, ["plan", "days"])
+    joined = rows.join(priced, ["plan", "days", "monthly_fee"])
     n = joined.num_rows
     return pa.table(
         {
@@ -130,7 +168,7 @@ def plan_fee_lines(plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
             "token_kind": pa.nulls(n, pa.string()),
             "description": joined["description"],
             "quantity": joined["days"],
-            "unit_price": joined["unit_price"],
+            "unit_price": joined["monthly_fee"],
             "amount": joined["amount"],
         },
         schema=LINE_SCHEMA,
@@ -338,16 +376,19 @@ def plan_periods(plans: pa.Table, accounts: list[str], catalog: Catalog, month: 
         start, until = max(start, first), min(until or last, last)
         if start <= until:
             by_account.setdefault(account, []).append((start, until, plan))
-    fees = {p.id: p.monthly_fee for p in catalog.plans}
     out: dict[str, list] = {name: [] for name in PLAN_PERIOD_SCHEMA.names}
+    known = {p.id for p in catalog.plans}
 
     def add(account: str, start: dt.date, until: dt.date, plan: str | None) -> None:
-        for name, value in zip(
-            PLAN_PERIOD_SCHEMA.names,
-            (account, start, until, plan, (until - start).days + 1, fees.get(plan) if plan else None),
-            strict=True,
-        ):
-            out[name].append(value)
+        # a period is split where its plan's fee changes: each piece is one plan_fee line
+        pieces = (
+            catalog.plan(plan).fee_pieces(start, until) if plan in known else [(start, until, None, None)]
+        )
+        for a, b, fee, _ in pieces:
+            for name, value in zip(
+                PLAN_PERIOD_SCHEMA.names, (account, a, b, plan, (b - a).days + 1, fee), strict=True
+            ):
+                out[name].append(value)
 
     one_day = dt.timedelta(days=1)
     for account in accounts:

@@ -8,6 +8,7 @@ non-positive allowance, a successor that does not exist, and so on.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import tomllib
 from decimal import Decimal
 from pathlib import Path
@@ -110,15 +111,59 @@ class Pool(_Strict):
         return ("*" in self.models or model in self.models) and model not in self.exclude_models
 
 
-class Plan(_Strict):
-    id: str = Field(min_length=1)
+class PlanFee(_Strict):
+    """A plan's monthly fee from an account-local date on (``[[plans.fees]]``): billed history is
+    never re-priced, so a fee changes by a new row, not by editing ``monthly_fee``."""
+
+    effective_from: dt.date
     monthly_fee: Money
-    pools: list[Pool] = Field(default_factory=list)
 
     @field_validator("monthly_fee", mode="before")
     @classmethod
     def _no_float(cls, value: object) -> object:
         return Price._no_float(value)
+
+
+class Plan(_Strict):
+    id: str = Field(min_length=1)
+    monthly_fee: Money  # the fee from the start; later ones are ``fees`` rows
+    pools: list[Pool] = Field(default_factory=list)
+    fees: list[PlanFee] = Field(default_factory=list)
+
+    @field_validator("monthly_fee", mode="before")
+    @classmethod
+    def _no_float(cls, value: object) -> object:
+        return Price._no_float(value)
+
+    @model_validator(mode="after")
+    def _fees_in_order(self) -> Plan:
+        days = [f.effective_from for f in self.fees]
+        for a, b in itertools.pairwise(days):
+            if b <= a:
+                raise ValueError(
+                    f"plan {self.id!r}: fees must be listed by effective_from, each later than the one "
+                    f"before ({b} follows {a})"
+                )
+        return self
+
+    def fee_pieces(
+        self, start: dt.date, until: dt.date
+    ) -> list[tuple[dt.date, dt.date, Decimal, dt.date | None]]:
+        """``start .. until`` (local days, inclusive) split where the fee changes: (first day, last
+        day, monthly fee, the fee row's effective_from or None for ``monthly_fee``)."""
+        out: list[tuple[dt.date, dt.date, Decimal, dt.date | None]] = []
+        fee, since = self.monthly_fee, None
+        day = start
+        for row in self.fees:
+            if row.effective_from <= day:
+                fee, since = row.monthly_fee, row.effective_from
+                continue
+            if row.effective_from > until:
+                break
+            out.append((day, row.effective_from - dt.timedelta(days=1), fee, since))
+            day, fee, since = row.effective_from, row.monthly_fee, row.effective_from
+        out.append((day, until, fee, since))
+        return out
 
     @model_validator(mode="after")
     def _unique_pools(self) -> Plan:

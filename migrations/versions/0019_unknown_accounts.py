@@ -6,6 +6,8 @@
 - ``finance_unknown_accounts``: every document of such an account (or of one accepted since), with
   its tokens, total and the acceptance, if any.
 - ``ingest_runs.not_read``: the landing entries a run did not read and why (name -> why).
+- ``billed_catalog_rows``: each catalog row (price, plan fee) that priced finalized documents, with
+  the values it billed and the days it priced: a later catalog may not change it in place.
 - ``lock_fences``: per step lock, a token raised each time it is taken; a run's commit checks it is
   still its own, so a run that lost its lock never commits.
 
@@ -58,6 +60,37 @@ def upgrade() -> None:
         ),
     )
     op.create_table(
+        "billed_catalog_rows",
+        sa.Column("row_key", sa.String(length=300), nullable=False, comment="kind:subject:tier:since"),
+        sa.Column("row_kind", sa.String(length=8), nullable=False, comment="price | plan_fee"),
+        sa.Column(
+            "subject",
+            sa.String(length=100),
+            nullable=False,
+            comment="the model of a price, the plan of a fee",
+        ),
+        sa.Column(
+            "tier", sa.String(length=32), nullable=False, comment="the speed tier of a price; empty for a fee"
+        ),
+        sa.Column("effective_from", sa.Date(), nullable=True, comment="null: the plan's monthly_fee"),
+        sa.Column(
+            "row_values",
+            sa.JSON(),
+            nullable=False,
+            comment="per 1M tokens by kind, or monthly_fee, as billed",
+        ),
+        sa.Column(
+            "first_day",
+            sa.Date(),
+            nullable=False,
+            comment="first day priced (UTC for prices, local for fees)",
+        ),
+        sa.Column("last_day", sa.Date(), nullable=False, comment="last day priced"),
+        sa.Column("first_document", sa.String(length=20), nullable=True, comment="first document it priced"),
+        sa.Column("recorded_at", sa.TIMESTAMP(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("row_key", name=op.f("pk_billed_catalog_rows")),
+    )
+    op.create_table(
         "lock_fences",
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column(
@@ -72,6 +105,7 @@ def downgrade() -> None:
     bind = op.get_bind()
     finance.drop(bind)
     op.drop_table("lock_fences")
+    op.drop_table("billed_catalog_rows")
     with op.batch_alter_table("ingest_runs") as batch:
         batch.drop_column("not_read")
     op.drop_table("unknown_account_acceptances")

@@ -53,6 +53,7 @@ from billing.invoices import (
 )
 from billing.pricing import MissingPriceError
 from pipelines.errors import UsageBillingError
+from pipelines.invoicing import history
 from pipelines.invoicing.months import check_month, open_reason, stale_reason
 from pipelines.runtime import faults
 from pipelines.warehouse.engine import insert_arrow, read_arrow
@@ -109,6 +110,7 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         raise UsageBillingError(f"cannot draft {month}: it has not started yet (today is {now.date()})")
     with step_lock(engine, month_lock(month)) as fence, engine.begin() as conn:
         lock_month(conn, month)
+        history.check(conn, catalog, f"cannot draft {month}")
         stale = stale_reason(conn, catalog, month)
         if stale:  # even for an open month's drafts: fees and usage must come from one version
             raise UsageBillingError(f"cannot draft {month}: {stale}")
@@ -307,6 +309,9 @@ def finalize(
                 f"draft it again now that it is closed (`usage-billing invoices draft --month {month}`)"
             )
         _unknown_accounts(conn, catalog, month, accept_unknown)
+        history.check(conn, catalog, f"cannot finalize {month}")
+        history.check_drafts(conn, catalog, month)
+        billed = history.used_by(conn, catalog, month)
         last_query = select(counter.c.last_number).where(counter.c.period == month)
         if conn.dialect.name == "postgresql":
             last_query = last_query.with_for_update()
@@ -370,6 +375,7 @@ def finalize(
             raise UsageBillingError(f"{month}: finalized {done} of {count} drafts; rolled back")
         faults.checkpoint("invoices.finalize")
         conn.execute(update(counter).where(counter.c.period == month).values(last_number=last + count))
+        history.record(conn, billed, invoice_number(month, last + 1))
         fence.check(conn)
     return FinalizeResult(month, count, invoice_number(month, last + 1), invoice_number(month, last + count))
 

@@ -33,8 +33,10 @@ CHUNK = 500  # account ids per IN (...)
 
 
 def plans_digest(catalog: Catalog) -> str:
-    """What of the catalog metering depends on (its plans and their pools), as a digest."""
-    plans = [plan.model_dump(mode="json") for plan in catalog.plans]
+    """What of the catalog metering depends on (its plans and their pools), as a digest. A plan's
+    later fees (``[[plans.fees]]``) are left out: metering does not read them, and a catalog without
+    them keeps the digest it always had."""
+    plans = [plan.model_dump(mode="json", exclude={"fees"}) for plan in catalog.plans]
     return hashlib.sha256(json.dumps(plans, sort_keys=True).encode()).hexdigest()
 
 

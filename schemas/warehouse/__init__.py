@@ -14,6 +14,7 @@ from schemas.warehouse.base import (  # noqa: F401
 )
 from schemas.warehouse.billing import (  # noqa: F401
     BillableUsage,
+    BilledCatalogRow,
     Invoice,
     InvoiceCounter,
     InvoiceLine,

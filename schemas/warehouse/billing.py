@@ -222,3 +222,21 @@ class UnknownAccountAcceptance(Base):
     reason: Mapped[str] = mapped_column(String(1000))
     tokens: Mapped[int] = mapped_column(comment="usage tokens on its drafts when accepted")
     amount: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="the drafts' total when accepted")
+
+
+class BilledCatalogRow(Base):
+    """A catalog row that priced finalized documents, with the values it billed and the days it priced
+    (``pipelines.invoicing.history``): a later catalog may not change it in place."""
+
+    __tablename__ = "billed_catalog_rows"
+
+    row_key: Mapped[str] = mapped_column(String(300), primary_key=True, comment="kind:subject:tier:since")
+    row_kind: Mapped[str] = mapped_column(String(8), comment="price | plan_fee")
+    subject: Mapped[str] = mapped_column(String(100), comment="the model of a price, the plan of a fee")
+    tier: Mapped[str] = mapped_column(String(32), comment="the speed tier of a price; empty for a fee")
+    effective_from: Mapped[dt.date | None] = mapped_column(comment="null: the plan's monthly_fee")
+    row_values: Mapped[dict] = mapped_column(comment="per 1M tokens by kind, or monthly_fee, as billed")
+    first_day: Mapped[dt.date] = mapped_column(comment="first day priced (UTC for prices, local for fees)")
+    last_day: Mapped[dt.date] = mapped_column(comment="last day priced")
+    first_document: Mapped[str | None] = mapped_column(String(20), comment="first document it priced")
+    recorded_at: Mapped[dt.datetime]

@@ -19,6 +19,7 @@ from billing.invoices import (
     build_lines,
     difference,
     plan_fee_lines,
+    plan_periods,
     totals,
 )
 from billing.pricing import (
@@ -210,6 +211,71 @@ def test_plan_fee_is_prorated_by_active_days_and_rounded_half_up():
         ("c", 10, Decimal("6.45")),  # 20 x 10 / 31 = 6.4516...
         ("c", 21, Decimal("135.48")),  # 200 x 21 / 31 = 135.4838...
     ]
+
+
+def test_a_fee_change_splits_the_plan_period_and_each_piece_is_billed_at_its_fee():
+    dated = parse_catalog(
+        {
+            **CATALOG.model_dump(mode="python", exclude={"plans"}),
+            "plans": [
+                {
+                    "id": "plus",
+                    "monthly_fee": "20.00",
+                    "fees": [
+                        {"effective_from": dt.date(2026, 3, 15), "monthly_fee": "25.00"},
+                        {"effective_from": dt.date(2026, 4, 1), "monthly_fee": "30.00"},
+                    ],
+                },
+                {"id": "pro", "monthly_fee": "200.00"},
+            ],
+        }
+    )
+    plans = pa.Table.from_pylist(
+        [
+            {"account_id": "a", "plan": "plus", "active_from": dt.date(2026, 1, 1), "active_until": None},
+            {"account_id": "b", "plan": "plus", "active_from": dt.date(2026, 3, 20), "active_until": None},
+            {"account_id": "c", "plan": "pro", "active_from": dt.date(2026, 1, 1), "active_until": None},
+        ],
+        schema=PLANS,
+    )
+    lines = plan_fee_lines(plans, dated, "2026-03").sort_by(
+        [("account_id", "ascending"), ("quantity", "descending")]
+    )
+    got = [
+        (a, q, p, m)
+        for a, q, p, m in zip(
+            *(lines[c].to_pylist() for c in ("account_id", "quantity", "unit_price", "amount")), strict=True
+        )
+    ]
+    assert got == [
+        ("a", 17, Decimal("25.00"), Decimal("13.71")),  # 25 x 17 / 31 = 13.709...
+        ("a", 14, Decimal("20.00"), Decimal("9.03")),  # 20 x 14 / 31 = 9.032...
+        ("b", 12, Decimal("25.00"), Decimal("9.68")),  # from its start, at the fee then in force
+        ("c", 31, Decimal("200.00"), Decimal("200.00")),  # a plan without fee rows: as ever
+    ]
+    periods = plan_periods(plans, ["a"], dated, "2026-03").to_pylist()
+    assert [(p["active_from"].day, p["active_until"].day, p["monthly_fee"]) for p in periods] == [
+        (1, 14, Decimal("20.00")),
+        (15, 31, Decimal("25.00")),
+    ]
+    april = plan_fee_lines(plans, dated, "2026-04")
+    assert set(april["unit_price"].to_pylist()) == {Decimal("30.00"), Decimal("200.00")}
+    with pytest.raises(ValueError, match="fees must be listed by effective_from"):
+        parse_catalog(
+            {
+                **CATALOG.model_dump(mode="python", exclude={"plans"}),
+                "plans": [
+                    {
+                        "id": "plus",
+                        "monthly_fee": "20.00",
+                        "fees": [
+                            {"effective_from": dt.date(2026, 4, 1), "monthly_fee": "25.00"},
+                            {"effective_from": dt.date(2026, 3, 1), "monthly_fee": "30.00"},
+                        ],
+                    }
+                ],
+            }
+        )
 
 
 def _billable(rows: list[tuple]) -> pa.Table:

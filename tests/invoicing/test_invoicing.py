@@ -89,7 +89,7 @@ def db(request, tmp_path) -> Settings:  # type: ignore[no-untyped-def]
         conn.execute(
             text(
                 "TRUNCATE invoice_lines, invoice_plans, invoices, invoice_counters, "
-                "unknown_account_acceptances"
+                "unknown_account_acceptances, billed_catalog_rows"
             )
         )
         conn.execute(text("TRUNCATE lake_bindings"))  # a test may have bound its own copy of the lake
@@ -307,6 +307,70 @@ def test_usage_of_unknown_accounts_is_listed_and_never_numbered_without_a_record
             conn.execute(Account.__table__.delete())
             conn.execute(Account.__table__.insert(), saved)
         engine.dispose()
+
+
+def _catalog_with(edit) -> object:  # type: ignore[no-untyped-def]
+    """The test catalog after ``edit(data)`` changed its TOML data."""
+    import tomllib
+
+    data = tomllib.loads(CATALOG_PATH.read_text())
+    edit(data)
+    return parse_catalog(data, "edited catalog")
+
+
+def test_billed_history_is_never_re_priced_by_a_catalog_edit(db, catalog):
+    from pipelines.invoicing.history import recorded
+
+    engine = make_engine(db.database_url)
+    invoicing.draft(engine, catalog, MONTH)
+    invoicing.finalize(engine, catalog, MONTH)
+    with engine.connect() as conn:
+        billed = recorded(conn)
+    price = next(r for r in billed if r.kind == "price")
+    fee = next(r for r in billed if r.kind == "plan_fee")
+    assert fee.effective_from is None and price.first_day <= price.last_day
+
+    def bump(data):  # the same row, another value
+        row = next(
+            p
+            for p in data["prices"]
+            if (p["model"], p["tier"], p["effective_from"])
+            == (price.subject, price.tier, price.effective_from)
+        )
+        row["output"] = str(Decimal(row["output"]) + 1)
+
+    def cut_short(data):  # a new row starting on a day the billed one priced
+        row = next(p for p in data["prices"] if (p["model"], p["tier"]) == (price.subject, price.tier))
+        data["prices"].append({**row, "effective_from": price.last_day, "output": "999.00"})
+
+    def refee(data):
+        next(p for p in data["plans"] if p["id"] == fee.subject)["monthly_fee"] = "999.00"
+
+    def fee_inside(data):
+        plan = next(p for p in data["plans"] if p["id"] == fee.subject)
+        plan["fees"] = [{"effective_from": fee.last_day, "monthly_fee": "999.00"}]
+
+    for edit, says in (
+        (bump, "its values changed"),
+        (cut_short, "the catalog now has a row effective"),
+        (refee, "its fee changed"),
+        (fee_inside, "the catalog now changes the fee on"),
+    ):
+        edited = _catalog_with(edit)
+        with pytest.raises(
+            UsageBillingError, match=f"billed history is never re-priced.*{says}|{says}.*never"
+        ):
+            invoicing.draft(engine, edited, MONTH)
+    # the way to change a fee: a row from a day not yet billed; nothing billed changes
+    after = fee.last_day + dt.timedelta(days=1)
+
+    def fee_later(data):
+        plan = next(p for p in data["plans"] if p["id"] == fee.subject)
+        plan["fees"] = [{"effective_from": after, "monthly_fee": "999.00"}]
+
+    again = invoicing.draft(engine, _catalog_with(fee_later), MONTH)
+    assert (again.invoices, again.adjustments, again.lines) == (0, 0, 0)
+    engine.dispose()
 
 
 def _first_finalized(settings: Settings) -> str:
