@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from billing.plan import fee_pieces
 from billing.pricing import AMOUNT, amounts, applied_prices, cents
 from schemas.catalog import Catalog
 from schemas.lake import PRICE
@@ -91,49 +92,6 @@ def utc_span(month: str, zones: set[str] | frozenset[str]) -> tuple[dt.date, dt.
     return min(starts), max(ends)
 
 
-def _fee_pieces(plans: pa.Table, catalog: Catalog, first: dt.date, last: dt.date) -> pa.Table:
-    """Plan rows clipped to the month and split where the plan's fee changes (``[[plans.fees]]``):
-    account_id, plan, days, monthly_fee. Plans without fee rows are priced per distinct plan; only
-    rows of plans whose fee changes are split one by one (a row per account, never per event)."""
-    start = np.maximum(plans["active_from"].to_numpy().astype("datetime64[D]"), np.datetime64(first))
-    until = pc.fill_null(plans["active_until"], pa.scalar(last, pa.date32()))
-    end = np.minimum(until.to_numpy().astype("datetime64[D]"), np.datetime64(last))
-    rows = pa.table(
-        {
-            "account_id": plans["account_id"],
-            "plan": plans["plan"],
-            "start": pa.array(start, pa.date32()),
-            "end": pa.array(end, pa.date32()),
-        }
-    ).filter(pa.array(end >= start))
-    dated = pa.array(sorted(p.id for p in catalog.plans if p.fees), pa.string())
-    changing = pc.is_in(rows["plan"], value_set=dated)
-    simple = rows.filter(pc.invert(changing))
-    fee_of = {p.id: p.monthly_fee for p in catalog.plans}
-    days = pc.add(pc.subtract(simple["end"].cast(pa.int32()), simple["start"].cast(pa.int32())), 1)
-    fees = pa.array([fee_of[p] for p in pc.unique(simple["plan"]).to_pylist()], PRICE)
-    index = pc.index_in(simple["plan"], value_set=pc.unique(simple["plan"]))
-    out = [
-        pa.table(
-            {
-                "account_id": simple["account_id"],
-                "plan": simple["plan"],
-                "days": days.cast(pa.int64()),
-                "monthly_fee": pc.take(fees, index) if len(fees) else pa.array([], PRICE),
-            }
-        )
-    ]
-    split: dict[str, list] = {"account_id": [], "plan": [], "days": [], "monthly_fee": []}
-    for row in rows.filter(changing).to_pylist():
-        for a, b, fee, _ in catalog.plan(row["plan"]).fee_pieces(row["start"], row["end"]):
-            for key, value in zip(
-                split, (row["account_id"], row["plan"], (b - a).days + 1, fee), strict=True
-            ):
-                split[key].append(value)
-    out.append(pa.table(split, schema=out[0].schema))
-    return pa.concat_tables(out)
-
-
 def plan_fee_lines(plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
     """One line per plan row in force in the month and fee (a row is split where the plan's fee
     changes): fee x active days / days in month.
@@ -145,7 +103,7 @@ def plan_fee_lines(plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
     plans = plans.filter(pc.is_valid(plans["plan"]))
     if plans.num_rows == 0:
         return LINE_SCHEMA.empty_table()
-    rows = _fee_pieces(plans, catalog, first, last)
+    rows = fee_pieces(plans, catalog, first, last)
     in_month = (last - first).days + 1
     distinct = rows.group_by(["plan", "days", "monthly_fee"]).aggregate([])
     amounts_, texts = [], []

@@ -3,12 +3,15 @@ what a catalog's plans say about models with a pool of their own (the backup tan
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from billing.calendar import EPOCH, local_dates, period_start
 from schemas.catalog import Catalog, Plan, Pool
+from schemas.lake import PRICE
 
 
 def mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -182,3 +185,46 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
         }
     )
     return out.sort_by("week_start")
+
+
+def fee_pieces(plans: pa.Table, catalog: Catalog, first: dt.date, last: dt.date) -> pa.Table:
+    """Plan rows clipped to the month and split where the plan's fee changes (``[[plans.fees]]``):
+    account_id, plan, days, monthly_fee. Plans without fee rows are priced per distinct plan; only
+    rows of plans whose fee changes are split one by one (a row per account, never per event)."""
+    start = np.maximum(plans["active_from"].to_numpy().astype("datetime64[D]"), np.datetime64(first))
+    until = pc.fill_null(plans["active_until"], pa.scalar(last, pa.date32()))
+    end = np.minimum(until.to_numpy().astype("datetime64[D]"), np.datetime64(last))
+    rows = pa.table(
+        {
+            "account_id": plans["account_id"],
+            "plan": plans["plan"],
+            "start": pa.array(start, pa.date32()),
+            "end": pa.array(end, pa.date32()),
+        }
+    ).filter(pa.array(end >= start))
+    dated = pa.array(sorted(p.id for p in catalog.plans if p.fees), pa.string())
+    changing = pc.is_in(rows["plan"], value_set=dated)
+    simple = rows.filter(pc.invert(changing))
+    fee_of = {p.id: p.monthly_fee for p in catalog.plans}
+    days = pc.add(pc.subtract(simple["end"].cast(pa.int32()), simple["start"].cast(pa.int32())), 1)
+    fees = pa.array([fee_of[p] for p in pc.unique(simple["plan"]).to_pylist()], PRICE)
+    index = pc.index_in(simple["plan"], value_set=pc.unique(simple["plan"]))
+    out = [
+        pa.table(
+            {
+                "account_id": simple["account_id"],
+                "plan": simple["plan"],
+                "days": days.cast(pa.int64()),
+                "monthly_fee": pc.take(fees, index) if len(fees) else pa.array([], PRICE),
+            }
+        )
+    ]
+    split: dict[str, list] = {"account_id": [], "plan": [], "days": [], "monthly_fee": []}
+    for row in rows.filter(changing).to_pylist():
+        for a, b, fee, _ in catalog.plan(row["plan"]).fee_pieces(row["start"], row["end"]):
+            for key, value in zip(
+                split, (row["account_id"], row["plan"], (b - a).days + 1, fee), strict=True
+            ):
+                split[key].append(value)
+    out.append(pa.table(split, schema=out[0].schema))
+    return pa.concat_tables(out)

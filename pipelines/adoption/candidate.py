@@ -116,34 +116,50 @@ def serving_time(engine: Engine, model: str, weeks: list[dt.date]) -> dict:
     }
 
 
-def successor_facts(catalog: Catalog, model: str, moves: pa.Table) -> dict:
-    """The catalog's successor and where the accounts that left actually went (the migration matrix
-    over the report's weeks); ``agrees`` is false when most of them went elsewhere."""
-    mine = moves.filter(pc.equal(moves["from_model"], model))
-    totals = (
-        mine.group_by("to_model")
-        .aggregate([("accounts", "sum"), ("tokens", "sum")])
-        .sort_by([("accounts_sum", "descending"), ("to_model", "ascending")])
+NEAR_TIE = 0.10  # a lead of at most this share of the leader's accounts (or one account) is a tie
+
+
+def successor_facts(catalog: Catalog, model: str, went: pa.Table) -> dict:
+    """The catalog's successor and where the accounts that left actually went over the report's weeks
+    (``went``: distinct accounts per from_model and to_model); ``agrees`` is false when most of them
+    went elsewhere, ``near_tie`` names the runner-up when the lead is too small to call."""
+    mine = went.filter(pc.equal(went["from_model"], model)).sort_by(
+        [("accounts", "descending"), ("to_model", "ascending")]
     )
     matrix = [
         {"to_model": t, "accounts": a, "tokens": k}
         for t, a, k in zip(
-            totals["to_model"].to_pylist(),
-            totals["accounts_sum"].to_pylist(),
-            totals["tokens_sum"].to_pylist(),
+            mine["to_model"].to_pylist(),
+            mine["accounts"].to_pylist(),
+            mine["tokens"].to_pylist(),
             strict=True,
         )
     ]
     named = catalog.model(model).successor if model in catalog.model_ids else None
-    observed = next((m for m in matrix if m["to_model"] != adoption.NONE), None)
+    elsewhere = [m for m in matrix if m["to_model"] != adoption.NONE]
+    observed = elsewhere[0] if elsewhere else None
+    runner_up = elsewhere[1] if len(elsewhere) > 1 else None
+    near_tie = (
+        runner_up
+        if observed is not None
+        and runner_up is not None
+        and observed["accounts"] - runner_up["accounts"] <= max(1, NEAR_TIE * observed["accounts"])
+        else None
+    )
     named_row = next((m for m in matrix if m["to_model"] == named), None)
-    agrees = named is None or observed is None or observed["to_model"] == named
+    agrees = (
+        named is None
+        or observed is None
+        or observed["to_model"] == named
+        or (near_tie is not None and near_tie["to_model"] == named)
+    )
     return {
         "successor": named or (observed and observed["to_model"]),
         "source": "catalog" if named else ("migration matrix" if observed else None),
         "catalog_successor": named,
         "observed_successor": observed,
         "catalog_successor_accounts": named_row["accounts"] if named_row else 0,
+        "near_tie": near_tie,
         "agrees": agrees,
         "migration": matrix,
     }
@@ -249,3 +265,38 @@ def write_contacts(rows: list[dict], path: Path, currency: str) -> None:
                     "currency": currency,
                 }
             )
+
+
+def direction(first: int, last: int) -> str:
+    """How a volume moved between two weeks, in words (within 5% is flat)."""
+    if first == 0:
+        return "rising" if last > 0 else "flat"
+    change = (last - first) / first
+    return "rising" if change > 0.05 else ("falling" if change < -0.05 else "flat")
+
+
+def unpriced_tiers(catalog: Catalog, successor: str | None, preview: dict) -> list[dict]:
+    """The successor's speed tiers the preview leaves out, each with why: no price on some day of
+    the month (the preview prices only tiers in force on every day)."""
+    if successor is None or preview.get("error"):
+        return []
+    from billing.invoices import month_bounds
+    from billing.pricing import price_in_force
+    from schemas.events import SPEED_TIERS
+
+    first, last = month_bounds(preview["month"])
+    out = []
+    for tier in SPEED_TIERS:
+        if tier in preview["tiers"]:
+            continue
+        missing = [d for d in (first, last) if price_in_force(catalog, successor, tier, d) is None]
+        if not missing:
+            continue
+        starts = sorted(p.effective_from for p in catalog.prices if (p.model, p.tier) == (successor, tier))
+        why = (
+            f"no price before {starts[0]}"
+            if starts and starts[0] > first
+            else f"no price in {preview['month']}"
+        )
+        out.append({"tier": tier, "why": why})
+    return out

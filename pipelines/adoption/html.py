@@ -78,20 +78,31 @@ def preview_lines(c: dict) -> list[str]:
     ]
 
 
+def _observed(seen: dict, tie: dict | None) -> str:
+    """Where most accounts that left went, or the near tie when the lead is too small to call."""
+    if tie is not None:
+        return (
+            f"no clear destination: {seen['to_model']} ({seen['accounts']:,} accounts) and "
+            f"{tie['to_model']} ({tie['accounts']:,}) are a near tie"
+        )
+    return f"most went to {seen['to_model']} ({seen['accounts']:,} accounts)"
+
+
 def successor_note(c: dict) -> str:
-    """The catalog's successor beside where the accounts that left went; a disagreement said so."""
-    named, seen = c.get("catalog_successor"), c.get("observed_successor")
+    """The catalog's successor beside where the accounts that left went (distinct accounts over the
+    report's weeks); a disagreement or a near tie said so."""
+    named, seen, tie = c.get("catalog_successor"), c.get("observed_successor"), c.get("near_tie")
     if named is None:
         return (
-            f"The catalog names no successor; most accounts that left went to {seen['to_model']}."
+            f"The catalog names no successor; of the accounts that left, {_observed(seen, tie)}."
             if seen
             else ("The catalog names no successor, and no account that left moved to another model.")
         )
     if seen is None:
         return f"Catalog successor: {named}; no account that left moved to another model in these weeks."
     text = (
-        f"Catalog successor: {named} ({c['catalog_successor_accounts']:,} accounts that left went there); "
-        f"observed: most went to {seen['to_model']} ({seen['accounts']:,} accounts)."
+        f"Catalog successor: {named} ({c['catalog_successor_accounts']:,} distinct accounts that left went "
+        f"there); observed: {_observed(seen, tie)}."
     )
     if not c["agrees"]:
         text += (
@@ -121,6 +132,19 @@ def decision_summary(m: dict) -> list[tuple[str, str]]:
             f"(week of {c['peak_week_by_accounts']['week_start']})",
         ),
     ]
+    tokens = c.get("tokens")
+    if tokens:
+        rows.append(
+            (
+                "token volume",
+                f"{tokens['direction']}: {tokens['last_week']['tokens'] or 0:,} tokens in the week of "
+                f"{tokens['last_week']['week_start']}, {tokens['first_week']['tokens'] or 0:,} in the week of "
+                f"{tokens['first_week']['week_start']}"
+                + (" (fewer accounts, each using more)" if tokens["direction"] == "rising" else ""),
+            )
+        )
+    if c.get("retires"):
+        rows.append(("retirement date", f"the catalog already retires the model on {c['retires']}"))
     p = c["preview"]
     if not p.get("error"):
         rows.append(
@@ -130,7 +154,11 @@ def decision_summary(m: dict) -> list[tuple[str, str]]:
                 f"{p['affected_accounts']:,} affected accounts",
             )
         )
-    rows.append((f"moving to {p['successor']} ({p['month']})", "; ".join(preview_lines(c))))
+    moving = "; ".join(preview_lines(c))
+    unpriced = p.get("unpriced_tiers") or []
+    if unpriced:
+        moving += "; not previewed: " + ", ".join(f"{u['tier']} ({u['why']})" for u in unpriced)
+    rows.append((f"moving to {p['successor']} ({p['month']})", moving))
     backup = c.get("backup_tank")
     if backup:
         per_week = ", ".join(f"{w['exhausted_accounts']:,}" for w in backup["weeks"])

@@ -27,11 +27,13 @@ from pipelines.adoption.candidate import (
     backup_facts,
     contacts,
     contacts_file,
+    direction,
     last_complete_month,
     preview_folder,
     recent_usage,
     serving_time,
     successor_facts,
+    unpriced_tiers,
     write_contacts,
 )
 from pipelines.adoption.detect import METHOD_VERSION, Decision, decide, projected_crossing, rule_text
@@ -110,20 +112,30 @@ def _point(weekly: pa.Table, model: str, week: dt.date | None) -> dict:
     return {"week_start": week.isoformat(), **{k: row.get(k, 0) for k in keys}}
 
 
-def _timeline(as_of: dt.date, catalog: Catalog, facts: dict) -> list[dict]:
+def _timeline(as_of: dt.date, catalog: Catalog, facts: dict, model: str | None = None) -> list[dict]:
+    """The retirement's steps: on the catalog's ``retires`` date when it has one (the notice counts
+    back from it), else ``notice_days`` after the next Monday."""
     announce = as_of + dt.timedelta(days=(7 - as_of.weekday()) % 7 or 7)  # next Monday
     retire = announce + dt.timedelta(days=catalog.adoption.notice_days)
+    planned = catalog.model(model).retires if model is not None and model in catalog.model_ids else None
+    if planned is not None:
+        retire = planned
+        announce = min(announce, retire - dt.timedelta(days=catalog.adoption.notice_days))
     heavy = facts["last_week"]["heavy_accounts"]
+    who = (
+        f"contact the {heavy:,} heavy accounts of the last complete week one by one, and every account to "
+        "contact whose bill rises on the successor; offer migration help"
+        if heavy
+        else "contact every account to contact whose bill rises on the successor (no account was heavy in "
+        "the last complete week); offer migration help"
+    )
     steps = [
         {
             "date": announce.isoformat(),
-            "step": "announce the retirement and the successor to all affected accounts",
+            "step": "announce the retirement and the successor to all affected accounts"
+            + (f" (the catalog retires the model on {planned})" if planned is not None else ""),
         },
-        {
-            "date": (announce + dt.timedelta(days=14)).isoformat(),
-            "step": f"contact the {heavy} heavy accounts of the last complete week one by one, and "
-            "every account to contact whose bill rises on the successor; offer migration help",
-        },
+        {"date": (announce + dt.timedelta(days=14)).isoformat(), "step": who},
         {
             "date": (retire - dt.timedelta(days=30)).isoformat(),
             "step": "final reminder; stop new sign-ups on the model",
@@ -135,7 +147,7 @@ def _timeline(as_of: dt.date, catalog: Catalog, facts: dict) -> list[dict]:
 
 def build(engine: Engine, catalog: Catalog, as_of: dt.date, lake_root: str | None = None) -> dict:
     cfg = catalog.adoption
-    weekly, moves, weeks = adoption.refresh(engine, cfg, as_of, cfg.weeks + 1)
+    weekly, went, weeks = adoption.refresh(engine, cfg, as_of, cfg.weeks + 1)
     if len(weeks) < cfg.min_weeks:
         raise UsageBillingError(
             f"only {len(weeks)} complete weeks of usage up to {as_of}; "
@@ -158,7 +170,7 @@ def build(engine: Engine, catalog: Catalog, as_of: dt.date, lake_root: str | Non
             usable=[w not in failed for w in window],
         )
         if report.flagged:
-            report.facts = _facts(engine, catalog, weekly, moves, window, report, as_of, lake_root)
+            report.facts = _facts(engine, catalog, weekly, went, window, report, as_of, lake_root)
         models.append(report)
     return {
         "as_of": as_of.isoformat(),
@@ -189,7 +201,7 @@ def _lifecycle_rows(weekly: pa.Table, window: list[dt.date]) -> dict:
     return out
 
 
-def _facts(engine, catalog, weekly, moves, window, report: ModelReport, as_of, lake_root) -> dict:  # type: ignore[no-untyped-def]
+def _facts(engine, catalog, weekly, went, window, report: ModelReport, as_of, lake_root) -> dict:  # type: ignore[no-untyped-def]
     model = report.model
     accounts = np.array(report.accounts, dtype=float)
     peak_week = window[int(np.argmax(accounts))] if len(accounts) else None
@@ -219,13 +231,21 @@ def _facts(engine, catalog, weekly, moves, window, report: ModelReport, as_of, l
         "share_q": report.decision.q_values["token_share"],
         "projection": projection,
         "trend": {"intercept": t.intercept, "slope": t.slope},
-        **successor_facts(catalog, model, moves),
+        **successor_facts(catalog, model, went),
         "backup_tank": backup_facts(engine, lake_root, catalog, model, window),
         "serving_time": serving_time(engine, model, window),
         "currency": catalog.currency,
     }
     report.preview = _preview(engine, catalog, lake_root, model, facts["successor"], as_of)
     facts["preview"] = _preview_facts(report.preview, model, facts["successor"], as_of)
+    facts["preview"]["unpriced_tiers"] = unpriced_tiers(catalog, facts["successor"], facts["preview"])
+    first = _point(weekly, model, window[0])
+    facts["tokens"] = {
+        "first_week": first,
+        "last_week": facts["last_week"],
+        "direction": direction(first["tokens"] or 0, facts["last_week"]["tokens"] or 0),
+    }
+    facts["retires"] = catalog.model(model).retires.isoformat() if catalog.model(model).retires else None
     usage = recent_usage(engine, model, recent, catalog.adoption)
     report.contacts = contacts(usage, report.preview)
     facts["contacts"] = {
@@ -235,7 +255,7 @@ def _facts(engine, catalog, weekly, moves, window, report: ModelReport, as_of, l
         "file": contacts_file(model),
         "top": report.contacts[:25],
     }
-    facts["timeline"] = _timeline(as_of, catalog, facts)
+    facts["timeline"] = _timeline(as_of, catalog, facts, model)
     facts["effectiveness"] = against_successor(lake_root, catalog, model, facts.get("successor"), window)
     return facts
 

@@ -200,17 +200,18 @@ def weekly_metrics(
     return base.sort_by([(k, "ascending") for k in keys])
 
 
-def migrations(usage: pa.Table, weeks: list[dt.date]) -> pa.Table:
-    """From model -> to model per week for accounts that went dormant on from_model that week."""
+def moved(usage: pa.Table, weeks: list[dt.date]) -> pa.Table:
+    """Per week, each account that went dormant on ``from_model`` and where it went: one row per
+    (week, account, from_model, to_model) with the to_model's tokens that week; (none) for nowhere."""
     aw = account_weeks(usage, weeks)
     _, dormant = _lifecycle(aw, weeks)
     all_tiers = aw.filter(pc.equal(aw["speed_tier"], ALL_TIERS)).select(
         ["week_start", "account_id", "model", "tokens"]
     )
-    moved = dormant.select(["week_start", "account_id", "model"]).rename_columns(
+    left = dormant.select(["week_start", "account_id", "model"]).rename_columns(
         ["week_start", "account_id", "from_model"]
     )
-    joined = moved.join(
+    joined = left.join(
         all_tiers.rename_columns(["week_start", "account_id", "to_model", "tokens"]),
         ["week_start", "account_id"],
         join_type="left outer",
@@ -219,15 +220,32 @@ def migrations(usage: pa.Table, weeks: list[dt.date]) -> pa.Table:
     # An account that used only other models gets one row per destination; one that used nothing, (none).
     to = pc.fill_null(joined["to_model"], NONE)
     joined = joined.set_column(joined.schema.get_field_index("to_model"), "to_model", to)
-    joined = joined.set_column(
+    return joined.set_column(
         joined.schema.get_field_index("tokens"), "tokens", pc.fill_null(joined["tokens"], 0)
     )
-    g = joined.group_by(["week_start", "from_model", "to_model"], use_threads=False).aggregate(
-        [("account_id", "count_distinct"), ("tokens", "sum")]
+
+
+def migrations(usage: pa.Table, weeks: list[dt.date]) -> pa.Table:
+    """From model -> to model per week for accounts that went dormant on from_model that week."""
+    g = (
+        moved(usage, weeks)
+        .group_by(["week_start", "from_model", "to_model"], use_threads=False)
+        .aggregate([("account_id", "count_distinct"), ("tokens", "sum")])
     )
     return g.rename_columns(["week_start", "from_model", "to_model", "accounts", "tokens"]).sort_by(
         [("week_start", "ascending"), ("from_model", "ascending"), ("accounts", "descending")]
     )
+
+
+def destinations(usage: pa.Table, weeks: list[dt.date], report_weeks: list[dt.date]) -> pa.Table:
+    """Over ``report_weeks``: per (from_model, to_model), the distinct accounts that left from_model
+    for to_model (an account that left twice counts once) and their tokens there."""
+    rows = moved(usage, weeks)
+    rows = rows.filter(pc.is_in(rows["week_start"], value_set=pa.array(report_weeks, pa.date32())))
+    g = rows.group_by(["from_model", "to_model"], use_threads=False).aggregate(
+        [("account_id", "count_distinct"), ("tokens", "sum")]
+    )
+    return g.rename_columns(["from_model", "to_model", "accounts", "tokens"])
 
 
 def failed_days(engine: Engine) -> set[dt.date]:
@@ -256,7 +274,8 @@ def refresh(
     """Recompute model_weekly and model_migrations for the complete weeks up to ``as_of``.
 
     Reads ``weeks_back`` + 1 weeks of usage (one more, for the lifecycle of the first) and replaces
-    those weeks' rows in one transaction. Returns (weekly, migrations, weeks).
+    those weeks' rows in one transaction. Returns (weekly, where the accounts that left went over the
+    weeks: distinct accounts per from_model and to_model, weeks).
     """
     first = as_of - dt.timedelta(days=7 * (weeks_back + 2))
     usage = load_usage(engine, first, as_of)
@@ -266,6 +285,7 @@ def refresh(
     weekly = weekly_metrics(usage, weeks, cfg, dq_weeks)
     moves = migrations(usage, weeks)
     report_weeks = weeks[1:] if len(weeks) > 1 else weeks  # the first has no week before it
+    went = destinations(usage, weeks, report_weeks)
     weekly = weekly.filter(pc.is_in(weekly["week_start"], value_set=pa.array(report_weeks, pa.date32())))
     moves = moves.filter(pc.is_in(moves["week_start"], value_set=pa.array(report_weeks, pa.date32())))
     with engine.begin() as conn:
@@ -273,4 +293,4 @@ def refresh(
             conn.execute(delete(table).where(table.c.week_start.in_(report_weeks)))
         insert_arrow(conn, ModelWeekly.__table__, weekly)
         insert_arrow(conn, ModelMigration.__table__, moves)
-    return weekly, moves, report_weeks
+    return weekly, went, report_weeks

@@ -187,19 +187,12 @@ def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: b
     return out
 
 
-def _shown(lines: list[dict]) -> list[dict]:
-    """The lines a customer reads: a free plan's fee line (0 per month, 0.00) says nothing the plan
-    line above the summary does not."""
-    return [r for r in lines if not (_charge(r) == "plan_fee" and r["unit_price"] == 0 and r["amount"] == 0)]
-
-
 def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | None = None) -> str:
     """The document's page. ``doc``: an export row of the document with its customer and seller;
     ``lines`` and ``periods`` (its plan periods) as exported; ``corrected``: the document an
     adjustment corrects (its number and issue date), when known."""
     currency = doc["currency"]
     adjustment = doc["document_type"] == "adjustment"
-    lines = _shown(lines)
     title = "Adjustment" if adjustment else "Invoice"
     issued = doc["issued_at"].date() if doc["issued_at"] else None
     customer = doc["customer_name"] or f"Account {doc['account_id']}"

@@ -58,8 +58,7 @@ from pipelines.invoicing.months import check_month, open_reason, stale_reason
 from pipelines.runtime import faults
 from pipelines.warehouse.engine import insert_arrow, read_arrow
 from pipelines.warehouse.locks import step_lock
-from pipelines.warehouse.unknown import UnknownAccount, describe, unknown_drafts
-from pipelines.warehouse.unknown import accept as record_unknown
+from pipelines.warehouse.unknown import UnknownAccount, refuse_unless_accepted, unknown_drafts
 from schemas.catalog import Catalog
 from schemas.warehouse import (
     Account,
@@ -155,16 +154,8 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         unknown = tuple(unknown_drafts(conn, month))
         fence.check(conn)
     total = pc.sum(header["total"]).as_py() if header.num_rows else 0
-    return DraftResult(
-        month,
-        invoices.num_rows,
-        adjusting.num_rows,
-        lines.num_rows,
-        total,
-        replaced,
-        bool(still_open),
-        unknown,
-    )
+    counts = (invoices.num_rows, adjusting.num_rows, lines.num_rows)
+    return DraftResult(month, *counts, total, replaced, bool(still_open), unknown)
 
 
 def billable_by_price(conn: Connection, first: dt.date, last: dt.date, model: str | None = None) -> pa.Table:
@@ -308,7 +299,7 @@ def finalize(
                 f"cannot finalize {month}: its {early:,} drafts were made while the month was open; "
                 f"draft it again now that it is closed (`usage-billing invoices draft --month {month}`)"
             )
-        _unknown_accounts(conn, catalog, month, accept_unknown)
+        refuse_unless_accepted(conn, month, accept_unknown, catalog.currency)
         history.check(conn, catalog, f"cannot finalize {month}")
         history.check_drafts(conn, catalog, month)
         billed = history.used_by(conn, catalog, month)
@@ -378,25 +369,6 @@ def finalize(
         history.record(conn, billed, invoice_number(month, last + 1))
         fence.check(conn)
     return FinalizeResult(month, count, invoice_number(month, last + 1), invoice_number(month, last + count))
-
-
-def _unknown_accounts(conn: Connection, catalog: Catalog, month: str, reason: str | None) -> None:
-    """Refuse the month while it has drafts of unknown accounts nobody accepted; with ``reason``,
-    record the acceptance of each (in finalize's transaction: both or neither)."""
-    unknown = unknown_drafts(conn, month)
-    if not unknown:
-        return
-    if reason is None or not reason.strip():
-        raise UsageBillingError(
-            f"cannot finalize {month}: drafts of {describe(unknown, catalog.currency)} that the accounts "
-            "table has never held; load them (`usage-billing accounts load FILE`, then meter and draft the "
-            "month again) or accept them: --accept-unknown-accounts 'why'"
-        )
-    if len(reason) > 1000:
-        raise UsageBillingError(
-            f"--accept-unknown-accounts: the reason is {len(reason):,} characters; at most 1,000"
-        )
-    record_unknown(conn, month, unknown, reason.strip())
 
 
 def void(engine: Engine, number: str, reason: str) -> str:

@@ -8,13 +8,15 @@ into the lake or the landing area, and safe to open in a spreadsheet.
 - ``neutralize``: a CSV cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
   is a formula to Excel, LibreOffice and Google Sheets (``=HYPERLINK(...)``, ``+cmd|...``); such a
   text cell gets a leading ``'``, which spreadsheets show as text. Numbers are not touched (a
-  negative amount stays a number), and Parquet files keep the raw values for machines.
+  negative amount, typed or written as text like ``-1.50``, stays a number), and Parquet files keep
+  the raw values for machines.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from pipelines.errors import UsageBillingError
 
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA = r"^[=+\-@\t\r]"
+_NUMBER = r"^[+-]?[0-9]+(\.[0-9]+)?$"  # a signed number written as text (an amount): not a formula
 
 
 def _inside(path: Path, root: str) -> bool:
@@ -74,7 +77,7 @@ def write_text(target: Path, text: str) -> None:
 
 def neutralize_value(value: object) -> object:
     """One cell as ``neutralize`` writes it."""
-    if isinstance(value, str) and value.startswith(FORMULA_LEADS):
+    if isinstance(value, str) and value.startswith(FORMULA_LEADS) and not re.match(_NUMBER, value):
         return "'" + value
     return value
 
@@ -86,7 +89,10 @@ def neutralize(table: pa.Table) -> pa.Table:
         if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
             continue
         col = table.column(i).cast(typ)
-        risky = pc.fill_null(pc.match_substring_regex(col, _FORMULA), False)
+        risky = pc.and_(
+            pc.fill_null(pc.match_substring_regex(col, _FORMULA), False),
+            pc.invert(pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)),
+        )
         if pc.any(risky).as_py():
             col = pc.if_else(risky, pc.binary_join_element_wise("'", col, ""), col)
         table = table.set_column(i, field.with_type(typ), col)

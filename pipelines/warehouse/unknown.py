@@ -16,9 +16,11 @@ from decimal import Decimal
 
 from sqlalchemy import Connection, func, insert, select
 
+from pipelines.errors import UsageBillingError
 from schemas.warehouse import Account, BillableUsage, Invoice, InvoiceLine, UnknownAccountAcceptance
 
 SHOWN = 5  # accounts a message names before "and N more"
+MAX_REASON = 1000  # unknown_account_acceptances.reason is VARCHAR(1000)
 USAGE_LINES = ("included_usage", "overage_usage")
 
 
@@ -101,6 +103,26 @@ def accept(conn: Connection, month: str, accounts: list[UnknownAccount], reason:
             for u in accounts
         ],
     )
+
+
+def refuse_unless_accepted(conn: Connection, month: str, reason: str | None, currency: str) -> None:
+    """In finalize's transaction: refuse the month while it has drafts of unknown accounts nobody
+    accepted; with ``reason``, record the acceptance of each (both or neither)."""
+    unknown = unknown_drafts(conn, month)
+    if not unknown:
+        return
+    if reason is None or not reason.strip():
+        raise UsageBillingError(
+            f"cannot finalize {month}: drafts of {describe(unknown, currency)} that the accounts table has "
+            "never held; load them (`usage-billing accounts load FILE`, then meter and draft the month "
+            "again) or accept them: --accept-unknown-accounts 'why'"
+        )
+    if len(reason.strip()) > MAX_REASON:
+        raise UsageBillingError(
+            f"--accept-unknown-accounts: the reason is {len(reason.strip()):,} characters; "
+            f"at most {MAX_REASON:,}"
+        )
+    accept(conn, month, unknown, reason.strip())
 
 
 def _operator() -> str:

@@ -50,13 +50,13 @@ CATALOG = parse_catalog(
     {
         "currency": "USD",
         "models": [
-            {"id": "F", "launched": D(2026, 1, 1), "successor": "S"},
-            {"id": "S", "launched": D(2026, 1, 1)},
+            {"id": "f", "launched": D(2026, 1, 1), "successor": "s"},
+            {"id": "s", "launched": D(2026, 1, 1)},
         ],
         "prices": [
-            _price("F", "standard", "1.00", "4.00"),
-            _price("S", "standard", "2.00", "8.00"),
-            _price("S", "priority", "4.00", "16.00"),
+            _price("f", "standard", "1.00", "4.00"),
+            _price("s", "standard", "2.00", "8.00"),
+            _price("s", "priority", "4.00", "16.00"),
         ],
         "plans": [
             {
@@ -65,7 +65,7 @@ CATALOG = parse_catalog(
                 "pools": [
                     {
                         "id": "fast",
-                        "models": ["F"],
+                        "models": ["f"],
                         "allowance_tokens": 1_000_000,
                         "period": "month",
                         "priority": 1,
@@ -84,7 +84,7 @@ CATALOG = parse_catalog(
 )
 ACCOUNTS = pa.table(
     {
-        "account_id": ["A", "C"],
+        "account_id": ["a", "c"],
         "active_from": pa.array([D(2026, 1, 1), D(2026, 1, 1)], pa.date32()),
         "active_until": pa.nulls(2, pa.date32()),
         "plan": ["pro", "pro"],
@@ -92,12 +92,12 @@ ACCOUNTS = pa.table(
     }
 )
 EVENTS = [  # id, day, hour, account, model, input, output
-    ("e1", 3, 9, "A", "F", 800_000, 0),
-    ("e2", 5, 9, "A", "S", 1_500_000, 0),
-    ("e3", 10, 9, "A", "F", 0, 600_000),
-    ("e4", 12, 9, "A", "S", 0, 300_000),
-    ("e5", 4, 9, "B", "F", 100_000, 0),
-    ("c1", 4, 10, "C", "S", 50_000, 10_000),
+    ("e1", 3, 9, "a", "f", 800_000, 0),
+    ("e2", 5, 9, "a", "s", 1_500_000, 0),
+    ("e3", 10, 9, "a", "f", 0, 600_000),
+    ("e4", 12, 9, "a", "s", 0, 300_000),
+    ("e5", 4, 9, "b", "f", 100_000, 0),
+    ("c1", 4, 10, "c", "s", 50_000, 10_000),
 ]
 
 
@@ -132,7 +132,7 @@ def lake_root(tmp_path_factory) -> str:
 
 
 def _run(lake_root: str, tier: str, successor: str | None = None):  # type: ignore[no-untyped-def]
-    request = resolve(CATALOG, "F", "2026-06", successor, tier)
+    request = resolve(CATALOG, "f", "2026-06", successor, tier)
     return compute(CATALOG, lake_root, ACCOUNTS, request, tier)
 
 
@@ -144,8 +144,8 @@ def test_the_hand_computed_scenario_per_tier(lake_root):
     result = _run(lake_root, ALL)
     assert list(result.tiers) == ["standard", "priority"]  # no ultrafast price: not offered
     standard, priority = _by(result, "standard"), _by(result, "priority")
-    assert sorted(standard) == ["A", "B"]  # C never used F
-    a, b = standard["A"], standard["B"]
+    assert sorted(standard) == ["a", "b"]  # C never used F
+    a, b = standard["a"], standard["b"]
     assert (a["current_total"], a["projected_total"], a["delta"]) == (
         Decimal("31.60"),
         Decimal("37.80"),
@@ -156,8 +156,8 @@ def test_the_hand_computed_scenario_per_tier(lake_root):
         Decimal("0.20"),
         Decimal("0.10"),
     )
-    assert priority["A"]["projected_total"] == Decimal("42.60")
-    assert priority["B"]["projected_total"] == Decimal("0.40")
+    assert priority["a"]["projected_total"] == Decimal("42.60")
+    assert priority["b"]["projected_total"] == Decimal("0.40")
     assert (a["moved_tokens"], b["moved_tokens"]) == (1_400_000, 100_000)
     assert (a["current_overage_tokens"], a["projected_overage_tokens"]) == (200_000, 1_200_000)
     assert (a["current_main_pool_exhausted"], a["projected_main_pool_exhausted"]) == (
@@ -172,7 +172,7 @@ def test_the_hand_computed_scenario_per_tier(lake_root):
 
 
 def test_the_identity_changes_no_bill(lake_root):
-    result = _run(lake_root, KEEP, successor="F")
+    result = _run(lake_root, KEEP, successor="f")
     assert result.rows and all(r["delta"] == 0 for r in result.rows)
     assert all(r["current_overage_tokens"] == r["projected_overage_tokens"] for r in result.rows)
     assert (
@@ -184,7 +184,7 @@ def test_a_tier_without_a_price_is_named_as_drafting_names_it(lake_root):
     with pytest.raises(UsageBillingError) as exc:
         _run(lake_root, "ultrafast")
     assert str(exc.value) == (
-        "cannot preview 2026-06: no price for model S, tier ultrafast, token kind input on 2026-06-03"
+        "cannot preview 2026-06: no price for model s, tier ultrafast, token kind input on 2026-06-03"
     )
 
 
@@ -192,9 +192,9 @@ def test_a_tier_without_a_price_is_named_as_drafting_names_it(lake_root):
     ("model", "successor", "tier", "says"),
     [
         ("X", None, ALL, "model 'X' is not in the catalog"),
-        ("S", None, ALL, "model S has no successor in the catalog"),
-        ("F", "Z", ALL, "successor 'Z' is not a model in the catalog"),
-        ("F", None, "fastest", "--tier must be one of"),
+        ("s", None, ALL, "model s has no successor in the catalog"),
+        ("f", "Z", ALL, "successor 'Z' is not a model in the catalog"),
+        ("f", None, "fastest", "--tier must be one of"),
     ],
 )
 def test_mistakes_are_one_line(model, successor, tier, says):
@@ -203,6 +203,6 @@ def test_mistakes_are_one_line(model, successor, tier, says):
 
 
 def test_a_month_without_the_model_is_one_line(lake_root):
-    request = resolve(CATALOG, "F", "2026-07", None, ALL)
-    with pytest.raises(UsageBillingError, match="no account used F on a local day of 2026-07"):
+    request = resolve(CATALOG, "f", "2026-07", None, ALL)
+    with pytest.raises(UsageBillingError, match="no account used f on a local day of 2026-07"):
         compute(CATALOG, lake_root, ACCOUNTS, request, ALL)

@@ -34,6 +34,12 @@ def test_formula_cells_are_shown_as_text_and_numbers_stay_numbers(tmp_path):
     assert {r["amount"] for r in rows} == {"-1.50"}  # a negative amount is a number, not a formula
     assert [neutralize_value(h) for h in HOSTILE] == ["'" + h for h in HOSTILE]
     assert neutralize_value(Decimal("-1")) == Decimal("-1")
+    assert neutralize_value("-1.50") == "-1.50" and neutralize_value("+3") == "+3"  # numbers as text
+    assert neutralize(pa.table({"delta": ["-1.50", "-1.5e3", "-x"]}))["delta"].to_pylist() == [
+        "-1.50",
+        "'-1.5e3",
+        "'-x",
+    ]
     pq.write_table(table, tmp_path / "t.parquet")  # machines read the raw values
     assert pq.read_table(tmp_path / "t.parquet")["account_id"].to_pylist()[:6] == HOSTILE
 
