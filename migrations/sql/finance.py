@@ -268,16 +268,69 @@ LEFT JOIN unknown_account_acceptances a ON a.period = i.period AND a.account_id 
 WHERE a.account_id IS NOT NULL OR i.account_id NOT IN (SELECT account_id FROM accounts)"""
 
 
+def _money_views(dialect: str) -> dict[str, str]:
+    """Revision 0019 on: revenue with plan fees, the backup tank and the pool reconciliation."""
+    charge = "coalesce(l.adjusted_type, l.line_type)"
+    month = _month("d.local_day", dialect)
+    return {
+        "finance_revenue": f"""
+SELECT i.period AS month, {charge} AS charge_type, l.model, l.speed_tier, i.currency,
+       count(DISTINCT i.account_id) AS accounts, sum(l.quantity) AS quantity,
+       {_money("sum(l.amount)", dialect)} AS amount
+FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
+WHERE i.status = 'finalized'
+GROUP BY i.period, {charge}, l.model, l.speed_tier, i.currency""",
+        "finance_pool_draws": f"""
+SELECT {month} AS month, d.plan, d.pool, d.model, count(DISTINCT d.account_id) AS accounts,
+       sum(d.tokens) AS tokens
+FROM pool_draws d
+GROUP BY {month}, d.plan, d.pool, d.model""",
+        "finance_pool_reconciliation": f"""
+WITH drawn AS (
+  SELECT {month} AS month, sum(d.tokens) AS tokens FROM pool_draws d GROUP BY {month}
+), by_period AS (
+  SELECT {_month("period_start", dialect)} AS month, sum(used) AS tokens FROM pool_usage GROUP BY 1
+), included AS (
+  SELECT {_month("local_day", dialect)} AS month, sum(included_tokens) AS tokens
+  FROM billable_usage GROUP BY 1
+), invoiced AS (
+  SELECT i.period AS month, sum(l.quantity) AS tokens
+  FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
+  WHERE i.status <> 'void' AND {charge} = 'included_usage'
+  GROUP BY i.period
+), months AS (
+  SELECT month FROM drawn UNION SELECT month FROM by_period UNION SELECT month FROM included
+  UNION SELECT month FROM invoiced
+)
+SELECT m.month,
+       coalesce(p.tokens, 0) AS pool_usage_by_period_start,
+       coalesce(d.tokens, 0) AS drawn_on_local_days,
+       coalesce(n.tokens, 0) AS included_metered,
+       coalesce(v.tokens, 0) AS included_invoiced,
+       coalesce(p.tokens, 0) - coalesce(d.tokens, 0) AS periods_crossing_months,
+       coalesce(n.tokens, 0) - coalesce(d.tokens, 0) AS metered_before_pool_draws,
+       coalesce(n.tokens, 0) - coalesce(v.tokens, 0) AS not_yet_invoiced
+FROM months m
+LEFT JOIN by_period p ON p.month = m.month
+LEFT JOIN drawn d ON d.month = m.month
+LEFT JOIN included n ON n.month = m.month
+LEFT JOIN invoiced v ON v.month = m.month""",
+    }
+
+
 GAPS_VIEW = "finance_reconciliation_gaps"
 PLANS_VIEW = "finance_invoice_plans"
 UNKNOWN_VIEW = "finance_unknown_accounts"
-LATER_VIEWS = (GAPS_VIEW, PLANS_VIEW, UNKNOWN_VIEW)  # made by later revisions: dropped only where they exist
+MONEY_VIEWS = ("finance_revenue", "finance_pool_draws", "finance_pool_reconciliation")
+# made by later revisions: dropped only where they exist
+LATER_VIEWS = (GAPS_VIEW, PLANS_VIEW, UNKNOWN_VIEW, *MONEY_VIEWS)
 
 
 def create(conn: Connection, gaps: bool = False, documents: bool = False, unknown: bool = False) -> None:
     """Create the views; ``gaps``: with ``finance_reconciliation_gaps`` (revision 0016 on);
-    ``documents``: the document views of revision 0018; ``unknown``: ``finance_unknown_accounts``
-    (revision 0019; every later migration passes all three)."""
+    ``documents``: the document views of revision 0018; ``unknown``: ``finance_unknown_accounts``,
+    ``finance_revenue``, ``finance_pool_draws`` and ``finance_pool_reconciliation`` (revision 0019;
+    every later migration passes all three)."""
     from sqlalchemy import inspect
 
     dialect = conn.dialect.name
@@ -289,6 +342,7 @@ def create(conn: Connection, gaps: bool = False, documents: bool = False, unknow
         views.update(_document_views(dialect))
     if unknown:
         views[UNKNOWN_VIEW] = _unknown(dialect)
+        views.update(_money_views(dialect))
     for name, body in views.items():
         conn.exec_driver_sql(f"CREATE VIEW {name} AS {body}")
     if dialect != "postgresql":

@@ -8,6 +8,12 @@
 - ``ingest_runs.not_read``: the landing entries a run did not read and why (name -> why).
 - ``billed_catalog_rows``: each catalog row (price, plan fee) that priced finalized documents, with
   the values it billed and the days it priced: a later catalog may not change it in place.
+- ``pool_draws``: the tokens each pool covered of each model's usage per account-local day (filled by
+  metering; days metered before this revision have none until they are metered again).
+- the finance views ``finance_revenue`` (every charge, plan fees included), ``finance_pool_draws``
+  (the backup tank: a model's own pool against the main one, per month) and
+  ``finance_pool_reconciliation`` (pool usage against the included tokens on documents, every gap
+  named).
 - ``lock_fences``: per step lock, a token raised each time it is taken; a run's commit checks it is
   still its own, so a run that lost its lock never commits.
 
@@ -91,6 +97,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("row_key", name=op.f("pk_billed_catalog_rows")),
     )
     op.create_table(
+        "pool_draws",
+        sa.Column("local_day", sa.Date(), nullable=False, comment="account-local date"),
+        sa.Column("account_id", sa.String(length=200), nullable=False),
+        sa.Column("plan", sa.String(length=64), nullable=False),
+        sa.Column("pool", sa.String(length=64), nullable=False),
+        sa.Column("model", sa.String(length=100), nullable=False),
+        sa.Column(
+            "tokens", sa.BigInteger(), nullable=False, comment="input + output tokens the pool covered"
+        ),
+        sa.PrimaryKeyConstraint(
+            "local_day", "account_id", "plan", "pool", "model", name=op.f("pk_pool_draws")
+        ),
+        sqlite_with_rowid=False,
+    )
+    op.create_table(
         "lock_fences",
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column(
@@ -105,6 +126,7 @@ def downgrade() -> None:
     bind = op.get_bind()
     finance.drop(bind)
     op.drop_table("lock_fences")
+    op.drop_table("pool_draws")
     op.drop_table("billed_catalog_rows")
     with op.batch_alter_table("ingest_runs") as batch:
         batch.drop_column("not_read")

@@ -276,9 +276,11 @@ def head_to_head(out: Console, view: dict, model: str) -> None:
     successor = items[0]["successor"]
     overall = {(g["model"], g["task_class"]): g for g in view["overall"] if g["speed_tier"] == ALL_TIERS}
     cur = view["currency"]
+    weeks = view["weeks"]
+    window = f"{weeks[0]} .. {weeks[-1] + dt.timedelta(days=6)}"  # the report's complete weeks
     title = (
-        f"Effectiveness: A = {model}, B = {successor} (all tiers); end to end incl. rework; "
-        f"cost: {cur} per accepted task incl. rework"
+        f"Effectiveness, {window}: A = {model} (all its tiers), B = {successor} (all its tiers together; "
+        f"the report lists each tier); end to end incl. rework; cost: {cur} per accepted task incl. rework"
     )
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("task class", no_wrap=True)
@@ -303,4 +305,4 @@ def head_to_head(out: Console, view: dict, model: str) -> None:
         )
     out.print(table)
     multi = next((i for i in items if i["task_class"] == "multi_file"), items[0])
-    out.print(sentence(multi, cur))
+    out.print(f"{window}, against {successor}'s cheapest tier per accepted task: {sentence(multi, cur)}")

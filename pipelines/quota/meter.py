@@ -221,6 +221,7 @@ class AllocateShard(beam.DoFn):
                 "tokens": draws["tokens"],
             }
         ).filter(in_range.take(idx))
+        yield "pool_draws", shard, pool_draws(records, events["model"].take(idx).filter(in_range.take(idx)))
         spill_days(
             records.cast(ALLOCATION_SCHEMA),
             lake.join(self.stage_root, ALLOCATION_SPILL),
@@ -234,6 +235,17 @@ class AllocateShard(beam.DoFn):
                 lake.join(self.stage_root, STATE_SPILL),
                 f"shard-{shard:04d}",
             )
+
+
+def pool_draws(records: pa.Table, model: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """The allocation records of a shard summed per local day, account, plan, pool and model: what
+    each pool covered of each model's usage (the backup tank), as ``pool_draws`` holds it."""
+    table = records.select(["local_day", "account_id", "plan", "pool", "tokens"]).append_column(
+        "model", pc.cast(model, pa.string())
+    )
+    keys = ["local_day", "account_id", "plan", "pool", "model"]
+    g = table.group_by(keys, use_threads=False).aggregate([("tokens", "sum")])
+    return g.rename_columns([*keys, "tokens"])
 
 
 class StageShardTable(beam.DoFn):

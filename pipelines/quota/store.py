@@ -24,7 +24,7 @@ from pipelines.warehouse.engine import as_date, insert_arrow, replace_rows
 from pipelines.warehouse.locks import Fence
 from schemas.catalog import Catalog
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
-from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolUsage
+from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolDraw, PoolUsage
 
 log = logging.getLogger(__name__)
 SHARD_ROWS = 100_000  # events allocated at once (all of an account's events stay in one shard)
@@ -290,6 +290,7 @@ def load_warehouse(  # type: ignore[no-untyped-def]
     day bridge, the metered dates (with what they reflect) and the pool balances of their periods."""
     first, last = dates[0], dates[-1]
     billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
+    draws = _staged(stage, "pool_draws")
     if days is not None:
         days = sum_by(days, ["local_day", "utc_day"])
     check_totals(billable, days)
@@ -303,6 +304,9 @@ def load_warehouse(  # type: ignore[no-untyped-def]
         )
         replace_rows(
             conn, MeteredDay.__table__, "local_day", dates, days if days is not None else pa.table({})
+        )
+        replace_rows(
+            conn, PoolDraw.__table__, "local_day", dates, draws if draws is not None else pa.table({})
         )
         covered = MeteredDate.__table__
         conn.execute(delete(covered).where(covered.c.local_day.between(first, last)))
@@ -324,6 +328,7 @@ def load_warehouse(  # type: ignore[no-untyped-def]
     return {
         "billable_usage": 0 if billable is None else billable.num_rows,
         "pool_usage": 0 if pools is None else pools.num_rows,
+        "pool_draws": 0 if draws is None else draws.num_rows,
     }
 
 

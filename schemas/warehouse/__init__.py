@@ -22,6 +22,7 @@ from schemas.warehouse.billing import (  # noqa: F401
     MeteredDate,
     MeteredDay,
     MeterQueue,
+    PoolDraw,
     PoolUsage,
     UnknownAccountAcceptance,
 )

@@ -38,6 +38,22 @@ class PoolUsage(Base):
     exhausted_at: Mapped[dt.datetime | None] = mapped_column(comment="the event that used the last token")
 
 
+class PoolDraw(Base):
+    """Tokens each pool covered of each model's usage per account-local day (from the allocation
+    records): the backup tank (a model's own pool against the main one) and the bridge between
+    ``pool_usage`` (by pool period) and the included tokens on invoices (by local month)."""
+
+    __tablename__ = "pool_draws"
+    __table_args__ = (PrimaryKeyConstraint("local_day", "account_id", "plan", "pool", "model"), CLUSTERED)
+
+    local_day: Mapped[dt.date] = mapped_column(comment="account-local date")
+    account_id: Mapped[str]
+    plan: Mapped[str] = mapped_column(String(64))
+    pool: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(100))
+    tokens: Mapped[int] = mapped_column(comment="input + output tokens the pool covered")
+
+
 class BillableUsage(Base):
     """Tokens per account, model, speed tier, account-local day and token kind: included or overage."""
 

@@ -25,7 +25,7 @@ from pipelines.quota import meter, store
 from pipelines.warehouse.accounts import load_accounts, load_accounts_table
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.lake import ALLOCATION_SCHEMA
-from schemas.warehouse import Account, BillableUsage, PoolUsage
+from schemas.warehouse import Account, BillableUsage, PoolDraw, PoolUsage
 from tests.conftest import CATALOG_PATH, small_dates, table_rows
 
 
@@ -59,6 +59,46 @@ def test_every_token_of_the_metered_days_is_included_or_overage_once(ingested):
     assert any(p.exhausted_at is not None for p in pools)
     records = ds.dataset(f"{ingested.lake}/allocations", format="parquet").to_table()
     assert pc.sum(records["tokens"]).as_py() == inc
+    # pool_draws: the same allocation per local day, pool and model; it adds up to the included
+    # tokens of each day and model, and to what each pool period of the metered days used
+    d = PoolDraw.__table__.c
+    with engine.connect() as conn:
+        drawn = dict(
+            ((r.local_day, r.model), int(r.tokens))
+            for r in conn.execute(
+                select(d.local_day, d.model, func.sum(d.tokens).label("tokens")).group_by(
+                    d.local_day, d.model
+                )
+            )
+        )
+        included = dict(
+            ((r.local_day, r.model), int(r.tokens))
+            for r in conn.execute(
+                select(b.c.local_day, b.c.model, func.sum(b.c.included_tokens).label("tokens"))
+                .group_by(b.c.local_day, b.c.model)
+                .having(func.sum(b.c.included_tokens) > 0)
+            )
+        )
+        by_period = {
+            (r.account_id, r.plan, r.pool, r.period_start): int(r.used)
+            for r in pools
+            if dates[0] <= r.period_start and r.period_end <= dates[-1]
+        }
+        periods = conn.execute(
+            select(d.account_id, d.plan, d.pool, d.local_day, d.tokens).where(d.tokens > 0)
+        ).all()
+    assert drawn == included
+    spans: dict = {}
+    for p in pools:
+        spans.setdefault((p.account_id, p.plan, p.pool), []).append((p.period_start, p.period_end))
+    summed: dict = {}
+    for r in periods:
+        start = next(a for a, z in spans[(r.account_id, r.plan, r.pool)] if a <= r.local_day <= z)
+        key = (r.account_id, r.plan, r.pool, start)
+        summed[key] = summed.get(key, 0) + r.tokens
+    assert {k: v for k, v in by_period.items() if v} == {
+        k: summed.get(k, 0) for k, v in by_period.items() if v
+    }
 
 
 def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingested, tmp_path, catalog):

@@ -98,7 +98,7 @@ def test_sqlite_stores_the_models_clustered_tables_in_their_key(tmp_path):
         for name, table in Base.metadata.tables.items()
         if table.dialect_kwargs.get("sqlite_with_rowid") is False
     }
-    assert clustered == {"billable_usage", "usage_daily", "usage_daily_errors", "pool_usage"}
+    assert clustered == {"billable_usage", "usage_daily", "usage_daily_errors", "pool_usage", "pool_draws"}
     assert _without_rowid(engine) == clustered
 
 
