@@ -31,7 +31,7 @@ def retirement_report(
 
     s = lake_settings(ctx)
     day = parse_date(as_of, "--as-of")
-    folder = output_folder(out_dir, s.lake, s.landing)
+    folder = output_folder(out_dir, s.lake, s.landing, create=False)
     engine = warehouse_of(ctx)
     with step(f"retirement report as of {as_of}"):
         data = report(engine, s.catalog, day, folder, s.lake)
@@ -66,7 +66,7 @@ def retirement_preview(
     from pipelines.adoption.preview_files import line, write
 
     s = lake_settings(ctx)
-    target = output_folder(out_dir, s.lake, s.landing)
+    target = output_folder(out_dir, s.lake, s.landing, create=False)
     engine = warehouse_of(ctx)
     with step(f"migration preview of {model} in {month}"):
         result = preview(engine, s.catalog, s.lake, model, month, successor, tier)

@@ -64,7 +64,7 @@ def effectiveness_report(
     first, last = parse_date(start, "--from date"), parse_date(end, "--to date")
     if last < first:
         raise UsageBillingError(f"--to {last} is before --from {first}")
-    out_dir = output_folder(out_dir, s.lake, s.landing)
+    out_dir = output_folder(out_dir, s.lake, s.landing, create=False)
     engine = warehouse_of(ctx)
     with step(f"effectiveness report {first} .. {last}"):
         pipeline.run([*s.argv(), *ctx.args])  # the weeks that changed since they were computed

@@ -61,6 +61,7 @@ from pipelines.quota.store import (
     commit_lake,
     dependent_days,
     load_warehouse,
+    pool_draws,
     read_window,
     shard_count,
     spill_by_account,
@@ -77,7 +78,7 @@ from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import Fence, database_lock, lock_wait, step_lock
 from pipelines.warehouse.recompute import mark_metered
-from pipelines.warehouse.unknown import describe, unknown_usage
+from pipelines.warehouse.unknown import unknown_note
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
@@ -237,17 +238,6 @@ class AllocateShard(beam.DoFn):
             )
 
 
-def pool_draws(records: pa.Table, model: pa.Array | pa.ChunkedArray) -> pa.Table:
-    """The allocation records of a shard summed per local day, account, plan, pool and model: what
-    each pool covered of each model's usage (the backup tank), as ``pool_draws`` holds it."""
-    table = records.select(["local_day", "account_id", "plan", "pool", "tokens"]).append_column(
-        "model", pc.cast(model, pa.string())
-    )
-    keys = ["local_day", "account_id", "plan", "pool", "model"]
-    g = table.group_by(keys, use_threads=False).aggregate([("tokens", "sum")])
-    return g.rename_columns([*keys, "tokens"])
-
-
 class StageShardTable(beam.DoFn):
     """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN.parquet``, what the driver loads."""
 
@@ -388,14 +378,10 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
             fence.check(conn)
         counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, new_stamps)
         seconds["load"] = time.perf_counter() - began
-        with engine.connect() as conn:
-            unknown = unknown_usage(conn, first, last)
+        unknown = unknown_note(engine, first, last)
         if unknown:
-            notes.append(
-                f"{describe(unknown)}, metered without a plan: the accounts table never held them, and "
-                "`invoices finalize` refuses their months until they are loaded or accepted"
-            )
-            log.warning("quota meter %s..%s: %s", first, last, notes[-1])
+            notes.append(unknown)
+            log.warning("quota meter %s..%s: %s", first, last, unknown)
     finally:
         lake.discard(stage)
         engine.dispose()

@@ -82,6 +82,17 @@ STATE_SPILL = "_pool_state"  # per shard: the kept balances, the same way
 ROWS_PER_GROUP = 256 * 1024  # allocation records per row group of a day's file
 
 
+def pool_draws(records: pa.Table, model: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """The allocation records of a shard summed per local day, account, plan, pool and model: what
+    each pool covered of each model's usage (the backup tank), as ``pool_draws`` holds it."""
+    table = records.select(["local_day", "account_id", "plan", "pool", "tokens"]).append_column(
+        "model", pc.cast(model, pa.string())
+    )
+    keys = ["local_day", "account_id", "plan", "pool", "model"]
+    g = table.group_by(keys, use_threads=False).aggregate([("tokens", "sum")])
+    return g.rename_columns([*keys, "tokens"])
+
+
 def spill_days(rows: pa.Table, folder: str, name: str) -> None:
     """A shard's rows, sorted by local day, as one Arrow IPC file with a batch range per day, and a
     sidecar naming each day's range: the driver joins every shard's day into one file of its own."""

@@ -38,8 +38,12 @@ def _inside(path: Path, root: str) -> bool:
     return path == base or base in path.parents
 
 
-def output_folder(out: str | Path, lake: str = "", landing: str = "", what: str = "--out") -> Path:
-    """``out`` as a folder outputs may be written to (created); a one-line error when it cannot be."""
+def output_folder(
+    out: str | Path, lake: str = "", landing: str = "", what: str = "--out", create: bool = True
+) -> Path:
+    """``out`` as a folder outputs may be written to (created unless ``create`` is false: a command
+    checks it before its work and its writer creates it, so a failed command leaves no folder); a
+    one-line error when it cannot be."""
     text = str(out)
     if not text.strip():
         raise UsageBillingError(f"{what} is empty: give the folder to write to")
@@ -51,7 +55,8 @@ def output_folder(out: str | Path, lake: str = "", landing: str = "", what: str 
                 "write outputs somewhere else"
             )
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageBillingError(f"cannot write to {text}: {exc.strerror or exc}") from None
     return path

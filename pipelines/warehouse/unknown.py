@@ -14,7 +14,7 @@ import getpass
 from dataclasses import dataclass
 from decimal import Decimal
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, Engine, func, insert, select
 
 from pipelines.errors import UsageBillingError
 from schemas.warehouse import Account, BillableUsage, Invoice, InvoiceLine, UnknownAccountAcceptance
@@ -45,6 +45,18 @@ def unknown_usage(conn: Connection, first: dt.date, last: dt.date) -> list[Unkno
         .order_by(b.account_id)
     ).all()
     return [UnknownAccount(a, int(t or 0)) for a, t in rows]
+
+
+def unknown_note(engine: Engine, first: dt.date, last: dt.date) -> str | None:
+    """What a metering run of local days ``first .. last`` says about unknown accounts (None: none)."""
+    with engine.connect() as conn:
+        unknown = unknown_usage(conn, first, last)
+    if not unknown:
+        return None
+    return (
+        f"{describe(unknown)}, metered without a plan: the accounts table never held them, and "
+        "`invoices finalize` refuses their months until they are loaded or accepted"
+    )
 
 
 def unknown_drafts(conn: Connection, month: str) -> list[UnknownAccount]:
