@@ -66,7 +66,13 @@ def _warehouse(url: str) -> dict[str, list[tuple]]:
     found: dict[str, list[tuple]] = {}
     with engine.connect() as conn:
         for table in Base.metadata.sorted_tables:
-            if table.name in {"pipeline_locks", "lake_bindings", "invoice_lines", "invoice_plans"}:
+            if table.name in {
+                "pipeline_locks",
+                "lock_fences",
+                "lake_bindings",
+                "invoice_lines",
+                "invoice_plans",
+            }:
                 continue
             columns = [c for c in table.columns if c.name not in VOLATILE and not c.name.endswith("_at")]
             rows = conn.execute(select(*columns)).all()

@@ -46,7 +46,7 @@ def test_meter_quota_returns_every_metered_token_once_per_shard_and_kind(sqlite_
         out = {}
         for kind, shard, table in rows:
             tokens = 0
-            if kind != "pools" and table.num_rows:
+            if kind not in ("pools", "pool_draws") and table.num_rows:
                 tokens = pc.sum(table["included_tokens"]).as_py() + pc.sum(table["overage_tokens"]).as_py()
             seen, total = out.get(kind, (set(), 0))
             out[kind] = (seen | {shard}, total + tokens)
@@ -63,8 +63,31 @@ def test_meter_quota_returns_every_metered_token_once_per_shard_and_kind(sqlite_
     assert_that(
         metered | "All" >> beam.combiners.ToList() | "Totals" >> beam.Map(totals),
         equal_to(
-            [[("billable", everyone, tokens), ("metered_days", everyone, tokens), ("pools", everyone, 0)]]
+            [
+                [
+                    ("billable", everyone, tokens),
+                    ("metered_days", everyone, tokens),
+                    ("pool_draws", everyone, 0),
+                    ("pools", everyone, 0),
+                ]
+            ]
         ),
+    )
+
+    def drawn_is_included(rows):  # type: ignore[no-untyped-def]
+        """What the pools covered per day and model adds up to the included tokens, per shard."""
+        out = {}
+        for kind, shard, table in rows:
+            if kind in ("billable", "pool_draws") and table.num_rows:
+                column = "included_tokens" if kind == "billable" else "tokens"
+                out.setdefault(shard, {}).setdefault(kind, 0)
+                out[shard][kind] += pc.sum(table[column]).as_py()
+        return all(v.get("billable", 0) == v.get("pool_draws", 0) for v in out.values()) and bool(out)
+
+    assert_that(
+        metered | "AllDraws" >> beam.combiners.ToList() | "Drawn" >> beam.Map(drawn_is_included),
+        equal_to([True]),
+        label="DrawnIsIncluded",
     )
 
     def pool_rows(rows):  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from pipelines.warehouse.engine import make_engine, upgrade
 from pipelines.warehouse.locks import LockLost, step_lock
 
 
-def _lose(engine, name: str) -> None:  # type: ignore[no-untyped-def]
+def lose_lock(engine, name: str) -> None:  # type: ignore[no-untyped-def]
     """Take ``name`` away from its holder the way it happens in production: its PostgreSQL connection
     is terminated, or its lock file removed."""
     if engine.dialect.name == "postgresql":
@@ -41,7 +41,7 @@ def test_the_run_that_lost_its_lock_commits_nothing_and_the_new_holder_does(requ
     with engine.begin() as conn:
         conn.execute(text("CREATE TABLE fenced (who VARCHAR(10))"))
     with step_lock(engine, "quota_meter") as first:
-        _lose(engine, "quota_meter")
+        lose_lock(engine, "quota_meter")
         with step_lock(engine, "quota_meter") as second:  # the lock is free again: another run takes it
             with pytest.raises(LockLost, match="lost its lock"), engine.begin() as conn:
                 conn.execute(text("INSERT INTO fenced VALUES ('first')"))
