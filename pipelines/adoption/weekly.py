@@ -26,8 +26,9 @@ from sqlalchemy import Engine, delete, select
 
 from billing.calendar import monday, period_start
 from pipelines.warehouse.engine import insert_arrow, read_arrow
+from pipelines.warehouse.gate import held_back
 from schemas.catalog import AdoptionConfig
-from schemas.warehouse import DqAcceptance, DqResult, ModelMigration, ModelWeekly, UsageDaily
+from schemas.warehouse import ModelMigration, ModelWeekly, UsageDaily
 
 ALL_TIERS = "*"
 NONE = "(none)"
@@ -249,14 +250,8 @@ def destinations(usage: pa.Table, weeks: list[dt.date], report_weeks: list[dt.da
 
 
 def failed_days(engine: Engine) -> set[dt.date]:
-    """Days with a failed error-level check that no operator accepted afterwards."""
-    r, a = DqResult.__table__.c, DqAcceptance.__table__.c
-    with engine.connect() as conn:
-        failed = {
-            row.day for row in conn.execute(select(r.day).where(r.level == "error", r.success.is_(False)))
-        }
-        accepted = {row.day for row in conn.execute(select(a.day))}
-    return failed - accepted
+    """Days the data-quality gate holds back (a failed error-level check no acceptance covers)."""
+    return held_back(engine, None)
 
 
 def load_usage(engine: Engine, first: dt.date, last: dt.date) -> pa.Table:
