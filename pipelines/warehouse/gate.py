@@ -4,7 +4,7 @@ A UTC date whose stored results hold a failed error-level check of a dataset's s
 a recorded acceptance (``dq accept``), is held back for that dataset: aggregation, metering of any
 local day, effectiveness and migration previews read the lake as if that partition were not there,
 the recompute queue keeps the date until it is accepted, and a month whose UTC days include it is not
-closed. One query, here, for every step (``partition_files`` is how they read the lake).
+closed. One query, here, for every step (``held_back``; ``without_held`` for a step given dates).
 """
 
 from __future__ import annotations
@@ -51,17 +51,6 @@ def held_back(source: Engine | Connection, dataset: str | None = lake.EVENTS) ->
         for day, names in failed_checks(source).items()
         if dataset is None or any(check_dataset(n) == dataset for n in names)
     }
-
-
-def partition_files(
-    source: Engine | Connection, lake_root: str, dataset: str, dates: list[dt.date]
-) -> tuple[list[str], list[dt.date]]:
-    """(the files of ``dates``' partitions of ``dataset`` the gate lets through, the dates it holds)."""
-    held = held_back(source, dataset)
-    files = [
-        f for d in dates if d not in held for f in lake.list_files(lake.partition(lake_root, dataset, d))
-    ]
-    return files, sorted(held & set(dates))
 
 
 def _days(dates: list[dt.date]) -> str:
