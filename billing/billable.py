@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from billing.pricing import rate_from
-from schemas.catalog import TOKEN_KINDS, Catalog
+from schemas import tokens
+from schemas.catalog import Catalog
 from schemas.events import utc_date
 
 
@@ -25,12 +26,12 @@ def billable_rows(
     """
     utc_day = utc_date(events["event_time"]).to_numpy().astype("datetime64[D]")
     price_from = pa.array(rate_from(catalog, events["model"], events["speed_tier"], utc_day))  # NaT: null
-    # Sum per event group first (six token columns), then one row per token kind: a third of the rows
+    # Sum per event group first (two token columns per kind), then one row per token kind: a third of the rows
     # through the group_by.
     keys = ["account_id", "model", "speed_tier", "local_day", "price_from"]
     columns = {k: events[k] for k in keys[:-1]}
     columns |= {"price_from": price_from, "rate_day": pa.array(utc_day)}
-    for k in range(len(TOKEN_KINDS)):
+    for k in range(len(tokens.KINDS)):
         columns |= {f"included_{k}": pa.array(included[:, k]), f"overage_{k}": pa.array(overage[:, k])}
     sums = [c for c in columns if c.startswith(("included_", "overage_"))]
     g = (
@@ -50,7 +51,7 @@ def billable_rows(
                 "price_from": g["price_from"],
             }
         )
-        for k, kind in enumerate(TOKEN_KINDS)
+        for k, kind in enumerate(tokens.ids())
     ]
     return pa.concat_tables(parts)
 

@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from billing.pricing import MissingPriceError, price_in_force
-from schemas.catalog import TOKEN_KINDS, Catalog
-from schemas.events import SPEED_TIERS, utc_date
+from schemas import tokens
+from schemas.catalog import Catalog
+from schemas.events import utc_date
 from schemas.outcomes import UNCLASSIFIED
 
 ALL_CLASSES = "*"
@@ -45,9 +46,7 @@ REQUEST_COLUMNS = (
     "event_time",
     "model",
     "speed_tier",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
+    *tokens.fields(),
     "duration_ms",
 )
 OUTCOME_COLUMNS = (
@@ -152,7 +151,8 @@ def request_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
     span = int(days.max()) - low + 1
     code = (models.astype(np.int64) * len(tier_names) + tiers) * span + (days - low)
     distinct, inverse = np.unique(code, return_inverse=True)
-    per_kind: dict[str, list[Decimal]] = {k: [] for k in TOKEN_KINDS}
+    kinds = tokens.ids()
+    per_kind: dict[str, list[Decimal]] = {k: [] for k in kinds}
     for c in distinct.tolist():
         pair, offset = divmod(c, span)
         model, tier = model_names[pair // len(tier_names)], tier_names[pair % len(tier_names)]
@@ -160,21 +160,17 @@ def request_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
         price = price_in_force(catalog, model, tier, on)
         if price is None:
             raise MissingPriceError(
-                f"no price for model {model}, tier {tier}, token kind {TOKEN_KINDS[0]} on {on.isoformat()}"
+                f"no price for model {model}, tier {tier}, token kind {kinds[0]} on {on.isoformat()}"
             )
-        for kind in TOKEN_KINDS:
+        for kind in kinds:
             per_kind[kind].append(price.per_million(kind))
-    tokens = {
-        "input": pc.subtract(joined["input_tokens"], joined["cached_input_tokens"]),
-        "cached_input": joined["cached_input_tokens"],
-        "output": joined["output_tokens"],
-    }
+    counts = tokens.billed(joined)
     total = None
     take = pa.array(inverse.astype(np.int64))
-    for kind in TOKEN_KINDS:
+    for kind in kinds:
         price = pa.array(per_kind[kind], pa.decimal128(18, 6)).take(take)
-        # tokens < 2^31 (10 digits) x a price of 18 digits: 29 digits, three kinds add up to 30
-        count = pc.cast(pc.cast(tokens[kind], pa.int32()), pa.decimal128(10, 0))
+        # tokens < 2^31 (10 digits) x a price of 18 digits: 29 digits, a few kinds add up to 30
+        count = pc.cast(pc.cast(counts[kind], pa.int32()), pa.decimal128(10, 0))
         part = pc.multiply(count, price)
         total = part if total is None else pc.add(pc.cast(total, pa.decimal128(30, 6)), part)
     return pc.cast(total, COST)
@@ -186,13 +182,12 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
         return TASK_SCHEMA.empty_table()
     task = joined["_task"].to_numpy()
     models, model_names = _codes(joined["model"])
-    rank = pc.index_in(_plain(joined["speed_tier"]), value_set=pa.array(SPEED_TIERS)).to_numpy(
-        zero_copy_only=False
-    )
-    pairs_per_task = len(model_names) * len(SPEED_TIERS)
-    pair = models.astype(np.int64) * len(SPEED_TIERS) + rank  # sorted model ids, then slower tiers first
+    tiers = catalog.tier_ids  # slowest first
+    rank = pc.index_in(_plain(joined["speed_tier"]), value_set=pa.array(tiers)).to_numpy(zero_copy_only=False)
+    pairs_per_task = len(model_names) * len(tiers)
+    pair = models.astype(np.int64) * len(tiers) + rank  # sorted model ids, then slower tiers first
     distinct, inverse = np.unique(task * pairs_per_task + pair, return_inverse=True)
-    output = _sum_by(inverse, joined["output_tokens"].to_numpy(), len(distinct))
+    output = _sum_by(inverse, joined[tokens.timed_field()].to_numpy(), len(distinct))
     pair_task, pair_code = distinct // pairs_per_task, distinct % pairs_per_task
     # Per task: most output tokens first, then the lower model id, then the slower tier.
     order = np.lexsort((pair_code, -output, pair_task))
@@ -221,8 +216,8 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
             _plain(out["account_id"]),
             _plain(out["task_id"]),
             week_start(out["completed_at"]),
-            pa.array(model_names, pa.string()).take(pa.array(chosen // len(SPEED_TIERS))),
-            pa.array(SPEED_TIERS, pa.string()).take(pa.array(chosen % len(SPEED_TIERS))),
+            pa.array(model_names, pa.string()).take(pa.array(chosen // len(tiers))),
+            pa.array(tiers, pa.string()).take(pa.array(chosen % len(tiers))),
             pc.fill_null(_plain(out["task_class"]), UNCLASSIFIED),
             pa.array(mixed),
             pc.and_(accepted, pc.invert(rework)),

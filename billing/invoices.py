@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from billing.plan import fee_pieces
 from billing.pricing import AMOUNT, amounts, applied_prices, cents
+from schemas import lines as line_types
 from schemas.catalog import Catalog
 from schemas.lake import PRICE
 
@@ -67,7 +68,7 @@ PLAN_SCHEMA = pa.schema(
         ("active_until", pa.date32()),
     ]
 )
-LINE_ORDER = {"plan_fee": 0, "overage_usage": 1, "included_usage": 2}
+LINE_ORDER = line_types.order()
 KEY = ["account_id", "charge_type", "model", "speed_tier", "token_kind", "unit_price"]
 
 
@@ -119,7 +120,7 @@ def plan_fee_lines(plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
     return pa.table(
         {
             "account_id": joined["account_id"],
-            "line_type": pa.array(["plan_fee"] * n, pa.string()),
+            "line_type": pa.array([line_types.PLAN_FEE.id] * n, pa.string()),
             "adjusted_type": pa.nulls(n, pa.string()),
             "model": pa.nulls(n, pa.string()),
             "speed_tier": pa.nulls(n, pa.string()),
@@ -179,8 +180,8 @@ def usage_lines(billable: pa.Table, catalog: Catalog) -> pa.Table:
     over = over.append_column("amount", amounts(over["quantity"], over["unit_price"]))
     return pa.concat_tables(
         [
-            _usage_lines(over, "overage_usage", "over allowance"),
-            _usage_lines(included, "included_usage", "within allowance"),
+            _usage_lines(over, line_types.OVERAGE.id, "over allowance"),
+            _usage_lines(included, line_types.INCLUDED.id, "within allowance"),
         ]
     )
 
@@ -216,9 +217,9 @@ def totals(lines: pa.Table) -> pa.Table:
     return pa.table({"account_id": g["account_id"], "subtotal": g["amount_sum"], "total": g["amount_sum"]})
 
 
-# Units: quantity x unit_price / unit_size = amount (half-up to cents) holds for every line.
-TOKEN_UNIT, TOKEN_UNIT_SIZE = "1M tokens", 1_000_000
-FEE_UNIT = "month"  # a plan fee's quantity is days, its unit size the days in the month
+# Units (schemas.lines): quantity x unit_price / unit_size = amount (half-up to cents) holds for every
+# line; a plan fee's quantity is days, its unit size the days in the month.
+TOKEN_UNIT, TOKEN_UNIT_SIZE, FEE_UNIT = line_types.TOKEN_UNIT, line_types.TOKEN_UNIT_SIZE, line_types.FEE_UNIT
 
 
 def charge_types(lines: pa.Table) -> pa.Array:
@@ -229,10 +230,12 @@ def charge_types(lines: pa.Table) -> pa.Array:
 def units(charge: pa.Array, month: str) -> tuple[pa.Array, pa.Array]:
     """(unit, unit_size) of lines of ``month`` from their charge types."""
     first, last = month_bounds(month)
-    is_fee = pc.equal(charge, "plan_fee")
-    unit = pc.if_else(is_fee, FEE_UNIT, TOKEN_UNIT)
-    size = pc.if_else(is_fee, pa.scalar((last - first).days + 1, pa.int64()), TOKEN_UNIT_SIZE)
-    return unit, size
+    sizes = {FEE_UNIT: (last - first).days + 1, TOKEN_UNIT: TOKEN_UNIT_SIZE}
+    ids = [t.id for t in line_types.LINES]
+    at = pc.index_in(charge, value_set=pa.array(ids, pa.string()))
+    unit = pc.take(pa.array([t.unit for t in line_types.LINES], pa.string()), at)
+    size = pc.take(pa.array([sizes.get(t.unit, 1) for t in line_types.LINES], pa.int64()), at)
+    return pc.fill_null(unit, ""), pc.fill_null(size, 1)
 
 
 def _signed(lines: pa.Table, sign: int) -> pa.Table:
@@ -291,7 +294,7 @@ def difference(truth: pa.Table, billed: pa.Table) -> pa.Table:
         pa.table(
             {
                 "account_id": g["account_id"],
-                "line_type": pa.array(["adjustment"] * n, pa.string()),
+                "line_type": pa.array([line_types.ADJUSTMENT.id] * n, pa.string()),
                 "adjusted_type": g["charge_type"],
                 "model": absent_is_null("model"),
                 "speed_tier": absent_is_null("speed_tier"),

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from billing.calendar import EPOCH, local_dates, period_start
 from schemas.catalog import Catalog, Plan, Pool
 from schemas.lake import PRICE
+from schemas.tokens import allowance_tokens
 
 
 def mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -114,7 +115,7 @@ def main_pool(plan: Plan) -> Pool | None:
 def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, model: str) -> pa.Table:
     """Per ISO week (account-local): how much of ``model``'s use came while the main pool was empty.
 
-    ``events``: event_time, account_id, model, input_tokens, output_tokens, plan, local_day.
+    ``events``: event_time, account_id, model, the token fields, plan, local_day.
     ``pools``: pool_usage rows (account_id, plan, pool, period_start, exhausted_at). The main pool of
     a plan is its pool covering "*"; an event counts as backup-tank use when that pool's balance for
     the event's period was exhausted at or before the event. Per week: the model's tokens and
@@ -151,7 +152,7 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
     exhausted_at = pa.array(exhausted, pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
     times = sel["event_time"]
     backup = pc.fill_null(pc.less_equal(exhausted_at, times), False)
-    tokens = pc.add(sel["input_tokens"], sel["output_tokens"])
+    tokens = allowance_tokens(sel)
     weeks = pa.array(period_start(day, "week")).cast(pa.date32())
     table = pa.table(
         {

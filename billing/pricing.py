@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.catalog import Catalog, Price
-from schemas.events import SPEED_TIERS
 from schemas.lake import AMOUNT, PRICE
 
 CENT = Decimal("0.01")
@@ -56,7 +55,7 @@ def price_in_force(catalog: Catalog, model: str, tier: str, day: dt.date) -> Pri
 
 def tiers_sold(catalog: Catalog, model: str, day: dt.date) -> list[str]:
     """Speed tiers with a price in force for ``model`` on ``day``, in catalog tier order."""
-    return [t for t in SPEED_TIERS if price_in_force(catalog, model, t, day) is not None]
+    return [t for t in catalog.tier_ids if price_in_force(catalog, model, t, day) is not None]
 
 
 def rate_from(catalog: Catalog, model: pa.Array, tier: pa.Array, utc_day: np.ndarray) -> np.ndarray:

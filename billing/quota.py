@@ -7,7 +7,7 @@ rest spills to the next eligible pool. With ``cum`` the running demand of a bala
 of remaining demand ``r`` gets ``min(cum, A) - min(cum - r, A)`` from a pool of allowance ``A``:
 one cumulative sum per pool, not one step per event. What no pool covers is overage. Included
 tokens are split across token kinds pro rata (floor, then the largest remainders get the leftover
-tokens; ties go input, cached_input, output), so every token is counted exactly once.
+tokens; ties go in the token-kind registry's order), so every token is counted exactly once.
 
 Periods and the plan in force are evaluated on the account's local date (``local_dates``).
 
@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from billing.calendar import EPOCH, period_end, period_start
 from billing.plan import SPAN, mask
 from billing.tokens import kind_matrix, split_pro_rata
+from schemas import tokens
 from schemas.catalog import Catalog
 from schemas.lake import BALANCE_SCHEMA
 
@@ -38,8 +39,8 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 class Allocation:
     """Per event (in input order) and per balance key."""
 
-    included: np.ndarray  # n x 3 (input, cached_input, output): covered by pools
-    overage: np.ndarray  # n x 3: billed at the rate card
+    included: np.ndarray  # n x kinds (registry order, schemas.tokens): covered by pools
+    overage: np.ndarray  # n x kinds: billed at the rate card
     draws: (
         pa.Table
     )  # event_index, plan, pool, period_start, tokens: one row per (event, pool) with tokens > 0
@@ -52,8 +53,8 @@ class Allocation:
 def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) -> Allocation:
     """Meter events against their plans' pools.
 
-    ``events`` columns: event_id, event_time (UTC), account_id, model, input_tokens,
-    cached_input_tokens, output_tokens, plan (null = pay as you go), local_day (date32: the account's
+    ``events`` columns: event_id, event_time (UTC), account_id, model, the token fields
+    (``schemas.tokens``), plan (null = pay as you go), local_day (date32: the account's
     local date). An event without a plan draws from no pool.
 
     ``state`` (``BALANCE_SCHEMA``, one row per balance key): balances at the end of the day before
@@ -76,7 +77,8 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
     account_code = codes.to_numpy(zero_copy_only=False).astype(np.int64)[order]
     day = events["local_day"].to_numpy().astype("datetime64[D]")[order]
     kinds = kind_matrix(events)[order]
-    demand = kinds.sum(axis=1)
+    counted = np.array([k.allowance for k in tokens.KINDS])  # kinds the allowances count
+    demand = kinds[:, counted].sum(axis=1)
     remaining = demand.copy()
     plan_col = pc.fill_null(events["plan"], "")
     models = events["model"]
@@ -200,7 +202,8 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
                         schema=BALANCE_SCHEMA,
                     )
                 )
-    included_sorted = split_pro_rata(demand - remaining, kinds)
+    included_sorted = np.zeros_like(kinds)
+    included_sorted[:, counted] = split_pro_rata(demand - remaining, kinds[:, counted])
     included = np.empty_like(included_sorted)
     included[order] = included_sorted
     overage = np.empty_like(kinds)

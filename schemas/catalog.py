@@ -14,12 +14,31 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-from schemas.events import SPEED_TIERS
-from schemas.limits import MAX_ALLOWANCE_TOKENS, catalog_id_problem, date_problem
+from schemas import tokens
+from schemas.catalog_sections import (
+    AdoptionConfig,
+    EffectivenessConfig,
+    InvoicingConfig,
+    Seller,
+    _no_float,
+    _Strict,
+)
+from schemas.limits import MAX_ALLOWANCE_TOKENS
 
-TOKEN_KINDS: tuple[str, ...] = ("input", "cached_input", "output")
+# The speed tiers of a catalog without ``[[tiers]]``, slowest first: (id, label).
+DEFAULT_TIERS: tuple[tuple[str, str], ...] = (
+    ("standard", "Standard"),
+    ("priority", "Priority"),
+    ("ultrafast", "Ultrafast"),
+)
 PERIODS: tuple[str, ...] = ("day", "week", "month")
 
 Money = Annotated[Decimal, Field(ge=0, max_digits=18, decimal_places=6)]
@@ -27,29 +46,6 @@ Money = Annotated[Decimal, Field(ge=0, max_digits=18, decimal_places=6)]
 
 class CatalogError(ValueError):
     """The catalog file is missing or invalid; the message is one line for the user."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="after")
-    def _bounded(self) -> _Strict:
-        """Ids are real ids and dates lie in the supported range (schemas.limits), wherever they sit."""
-        for name, value in self:
-            values = value if isinstance(value, list) else [value]
-            for v in values:
-                if name in _ID_FIELDS and isinstance(v, str) and v != "*":
-                    problem = catalog_id_problem(v)
-                    if problem:
-                        raise ValueError(f"{name} {v!r} {problem}")
-                if isinstance(v, dt.date):
-                    problem = date_problem(v)
-                    if problem:
-                        raise ValueError(f"{name} {v} {problem}")
-        return self
-
-
-_ID_FIELDS = frozenset({"id", "model", "successor", "models", "exclude_models"})
 
 
 class Model(_Strict):
@@ -67,25 +63,38 @@ class Model(_Strict):
         return self
 
 
-class Price(_Strict):
-    """USD (or the catalog currency) per 1M tokens, by token kind."""
+class Tier(_Strict):
+    """A speed tier (``[[tiers]]``, listed slowest first): events name it, prices price it, documents
+    and reports print its label."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    label: str = Field(min_length=1, max_length=64)
+
+
+class _PriceBase(_Strict):
+    """The catalog currency per 1M tokens, one field per token kind (``schemas.tokens``)."""
 
     model: str
-    tier: Literal[SPEED_TIERS]  # type: ignore[valid-type]  # the tiers of the event schema, one list
+    tier: str
     effective_from: dt.date
-    input: Money
-    cached_input: Money
-    output: Money
 
-    @field_validator("input", "cached_input", "output", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _no_float(cls, value: object) -> object:
-        if isinstance(value, float):
-            raise ValueError('prices are strings like "1.25", not floats (floats are not exact)')
-        return value
+    def _exact(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for kind in tokens.ids():
+                _no_float(data.get(kind))
+        return data
 
     def per_million(self, kind: str) -> Decimal:
         return getattr(self, kind)
+
+
+# The price row's token-kind fields come from the registry: a kind added there is a required column
+# of every ``[[prices]]`` row.
+Price = create_model(  # type: ignore[call-overload]
+    "Price", __base__=_PriceBase, **{kind: (Money, ...) for kind in tokens.ids()}
+)
 
 
 class Pool(_Strict):
@@ -121,7 +130,7 @@ class PlanFee(_Strict):
     @field_validator("monthly_fee", mode="before")
     @classmethod
     def _no_float(cls, value: object) -> object:
-        return Price._no_float(value)
+        return _no_float(value)
 
 
 class Plan(_Strict):
@@ -133,7 +142,7 @@ class Plan(_Strict):
     @field_validator("monthly_fee", mode="before")
     @classmethod
     def _no_float(cls, value: object) -> object:
-        return Price._no_float(value)
+        return _no_float(value)
 
     @model_validator(mode="after")
     def _fees_in_order(self) -> Plan:
@@ -178,80 +187,13 @@ class Plan(_Strict):
         return sorted(self.pools, key=lambda p: p.priority)
 
 
-class AdoptionConfig(_Strict):
-    """Thresholds of the adoption analytics and the retirement detector (``[adoption]``)."""
-
-    weeks: int = Field(12, ge=8, le=104, description="complete ISO weeks looked at")
-    min_weeks: int = Field(8, ge=4, description="usable weeks needed to test a model")
-    fdr_q: float = Field(0.10, gt=0, lt=1, description="Benjamini-Hochberg level across models and metrics")
-    min_weekly_decline: float = Field(0.05, ge=0, lt=1, description="accounts lost per week, at least")
-    min_median_drop: float = Field(0.25, ge=0, lt=1, description="last 4 weeks' median below the first 4's")
-    floor_accounts: int = Field(25, ge=1, description="active accounts at which a model is not worth running")
-    heavy_min_days: int = Field(3, ge=1, le=7, description="active days in a week to count as heavy")
-    heavy_min_requests: int = Field(50, ge=1, description="requests in a week to count as heavy")
-    notice_days: int = Field(90, ge=0, description="notice between the announcement and retirement")
-
-
-class InvoicingConfig(_Strict):
-    """When a month may be invoiced (``[invoicing]``)."""
-
-    close_grace_days: int = Field(
-        2,
-        ge=0,
-        le=35,
-        description="landing days after a month's last UTC day that must be ingested before it closes",
-    )
-
-
-class Seller(_Strict):
-    """Who issues the customer documents (``[seller]``): printed on every invoice and adjustment."""
-
-    name: str = Field(min_length=1, max_length=200)
-    address: str = Field("", max_length=1000, description="postal address; new lines are kept")
-    tax_id: str = Field("", max_length=64, description="VAT or tax number, printed as given")
-
-    @field_validator("name", "address", "tax_id")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        value = value.strip()
-        if any(ord(c) < 32 and c not in "\n\t" for c in value):
-            raise ValueError("holds a control character")
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _named(cls, value: str) -> str:
-        if not value:
-            raise ValueError("is empty")
-        return value
-
-
-class EffectivenessConfig(_Strict):
-    """How effectiveness costs a person's rework (``[effectiveness]``)."""
-
-    rework_cost_per_hour: Decimal | None = Field(
-        None, ge=0, max_digits=14, decimal_places=2, description="the cost of an hour of rework"
-    )
-
-    @field_validator("rework_cost_per_hour", mode="before")
-    @classmethod
-    def _no_float(cls, value: object) -> object:
-        return Price._no_float(value)
-
-    @property
-    def costed(self) -> bool:
-        """Whether rework is costed at all (absent: it counts 0, and reports say so)."""
-        return self.rework_cost_per_hour is not None
-
-    @property
-    def per_hour(self) -> Decimal:
-        return self.rework_cost_per_hour if self.rework_cost_per_hour is not None else Decimal("0")
-
-
 class Catalog(_Strict):
     currency: str = Field(pattern=r"^[A-Z]{3}$")
+    tiers: list[Tier] = Field(
+        default_factory=lambda: [Tier(id=i, label=label) for i, label in DEFAULT_TIERS], min_length=1
+    )
     models: list[Model] = Field(min_length=1)
-    prices: list[Price] = Field(default_factory=list)
+    prices: list[Price] = Field(default_factory=list)  # type: ignore[valid-type]
     plans: list[Plan] = Field(default_factory=list)
     adoption: AdoptionConfig = Field(default_factory=AdoptionConfig)
     invoicing: InvoicingConfig = Field(default_factory=InvoicingConfig)
@@ -273,8 +215,17 @@ class Catalog(_Strict):
                 raise ValueError(f"model {m.id!r}: successor {m.successor!r} is not a model in the catalog")
             if m.successor == m.id:
                 raise ValueError(f"model {m.id!r} is its own successor")
+        tier_ids = [t.id for t in self.tiers]
+        for tid in tier_ids:
+            if tier_ids.count(tid) > 1:
+                raise ValueError(f"tier {tid!r} is listed twice")
         seen: set[tuple[str, str, dt.date]] = set()
         for p in self.prices:
+            if p.tier not in tier_ids:
+                raise ValueError(
+                    f"price for {p.model} names tier {p.tier!r}, which [[tiers]] does not list "
+                    f"(tiers: {', '.join(tier_ids)})"
+                )
             if p.model not in known:
                 raise ValueError(f"price for unknown model {p.model!r} (tier {p.tier})")
             key = (p.model, p.tier, p.effective_from)
@@ -296,6 +247,19 @@ class Catalog(_Strict):
     @property
     def model_ids(self) -> list[str]:
         return [m.id for m in self.models]
+
+    @property
+    def tier_ids(self) -> tuple[str, ...]:
+        """The speed tiers, slowest first."""
+        return tuple(t.id for t in self.tiers)
+
+    @property
+    def tier_labels(self) -> dict[str, str]:
+        return {t.id: t.label for t in self.tiers}
+
+    def tier_label(self, tier_id: str) -> str:
+        """What documents and reports print for a tier (an unlisted id prints as itself)."""
+        return next((t.label for t in self.tiers if t.id == tier_id), tier_id)
 
     def model(self, model_id: str) -> Model:
         for m in self.models:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from schemas import tokens
+
 SCHEMA_VERSION = "1.1"
-SPEED_TIERS: tuple[str, ...] = ("standard", "priority", "ultrafast")
 STATUSES: tuple[str, ...] = ("ok", "error")
-TOKEN_FIELDS: tuple[str, ...] = ("input_tokens", "cached_input_tokens", "output_tokens")
+TOKEN_FIELDS: tuple[str, ...] = tokens.fields()
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 # name, type, required, unit, rule
@@ -26,10 +27,8 @@ _FIELDS: tuple[tuple[str, pa.DataType, bool, str, str], ...] = (
     ("account_id", pa.string(), True, "", "required"),
     ("user_id", pa.string(), False, "", "optional, pseudonymous"),
     ("model", pa.string(), True, "", "required; must exist in the catalog"),
-    ("speed_tier", pa.string(), True, "", "one of " + " | ".join(SPEED_TIERS)),
-    ("input_tokens", pa.int64(), True, "tokens", ">= 0; includes cached_input_tokens"),
-    ("cached_input_tokens", pa.int64(), True, "tokens", ">= 0; <= input_tokens"),
-    ("output_tokens", pa.int64(), True, "tokens", ">= 0"),
+    ("speed_tier", pa.string(), True, "", "one of the catalog's tier ids ([[tiers]])"),
+    *((k.field, pa.int64(), k.required, k.unit, tokens.field_rule(k)) for k in tokens.KINDS),
     ("duration_ms", pa.int64(), False, "milliseconds", "optional, >= 0; output tokens/s = output / duration"),
     ("status", pa.string(), True, "", "one of " + " | ".join(STATUSES)),
     ("error_code", pa.string(), False, "", "optional, e.g. context_length_exceeded"),
@@ -96,9 +95,16 @@ QUARANTINE_SCHEMA = pa.schema(
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table``'s columns in ``schema``'s order and types, an optional column it lacks (a lake file
-    written before that column existed, such as v1's missing ``task_id``) added as nulls."""
+    written before that column existed, such as v1's missing ``task_id``) added as nulls, a token
+    field it lacks (a lake file written before that token kind existed) as zeros."""
     n = table.num_rows
-    cols = [table[f.name] if f.name in table.column_names else pa.nulls(n, f.type) for f in schema]
+    zero = pa.scalar(0, pa.int64())
+    cols = [
+        table[f.name]
+        if f.name in table.column_names
+        else (pa.repeat(zero, n) if f.name in TOKEN_FIELDS else pa.nulls(n, f.type))
+        for f in schema
+    ]
     return pa.Table.from_arrays(cols, names=schema.names).cast(schema)
 
 

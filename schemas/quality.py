@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schemas import outcomes
-from schemas.events import REQUIRED_FIELDS, SPEED_TIERS, STATUSES, TOKEN_FIELDS
+from schemas.events import REQUIRED_FIELDS, STATUSES, TOKEN_FIELDS
 
 SUITE_NAME = "usage_events_partition"
 OUTCOME_SUITE_NAME = "task_outcomes_partition"
@@ -53,7 +53,10 @@ def check_dataset(name: str) -> str:
     return "outcomes" if name.startswith("outcome_") else "events"
 
 
-def partition_checks(models: list[str], max_tokens_per_event: int, volume_factor: float = 3.0) -> list[Check]:
+def partition_checks(
+    models: list[str], max_tokens_per_event: int, volume_factor: float = 3.0, tiers: tuple[str, ...] = ()
+) -> list[Check]:
+    """The events suite; ``models`` and ``tiers`` (slowest first) are the catalog's."""
     checks = [
         Check(
             "event_id_unique",
@@ -69,7 +72,7 @@ def partition_checks(models: list[str], max_tokens_per_event: int, volume_factor
     ]
     for name, column, values in (
         ("model_known", "model", sorted(models)),
-        ("speed_tier_accepted", "speed_tier", list(SPEED_TIERS)),
+        ("speed_tier_accepted", "speed_tier", list(tiers)),
         ("status_accepted", "status", list(STATUSES)),
     ):
         checks.append(

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
+from schemas import lines as line_types
+from schemas.tokens import allowance_sql
+
 ROLE = "finance_reader"
 VIEWS = (
     "finance_invoice_summary",
@@ -20,11 +23,17 @@ VIEWS = (
 )
 
 
+# The line types (schemas.lines) as the views name them: every view is generated from the registry.
+CHARGE = "coalesce(l.adjusted_type, l.line_type)"  # what a line charges for (an adjustment: its type)
+USAGE = line_types.sql_in(line_types.usage_ids())  # lines whose quantity is metered tokens
+FEE, INCLUDED, OVERAGE = line_types.PLAN_FEE.id, line_types.INCLUDED.id, line_types.OVERAGE.id
+ALLOWANCE = allowance_sql()  # usage_daily's tokens that the allowances count (schemas.tokens)
+
 # Tokens on non-void documents per local month.
-INVOICED = """
+INVOICED = f"""
   SELECT i.period AS month, sum(l.quantity) AS tokens
   FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
-  WHERE i.status <> 'void' AND {charge} IN ('included_usage', 'overage_usage')
+  WHERE i.status <> 'void' AND {{charge}} IN {USAGE}
   GROUP BY i.period
 """
 # Billable tokens per local day first: the rows are stored in local-day order, so this sum needs no
@@ -59,34 +68,59 @@ def _days_in_month(period: str, dialect: str) -> str:
     return f"CAST(strftime('%d', {period} || '-01', '+1 month', '-1 day') AS INTEGER)"
 
 
+def _line_sums(dialect: str) -> str:
+    """Per document: an amount column per line type with one, a tokens column per token-unit type."""
+    amounts = [
+        _money(f"sum(CASE WHEN {CHARGE} = {_q(t.id)} THEN l.amount ELSE 0 END)", dialect) + f" AS {t.column}"
+        for t in line_types.LINES
+        if t.column
+    ]
+    return ",\n         ".join([*amounts, _token_sums()])
+
+
+def _line_columns(cents: str) -> str:
+    """The summary's columns of ``_line_sums`` (zero where a document has no such line)."""
+    amounts = [
+        cents.format(f"coalesce(l.{t.column}, 0)") + f" AS {t.column}" for t in line_types.LINES if t.column
+    ]
+    counts = [
+        f"coalesce(l.{t.tokens_column}, 0) AS {t.tokens_column}" for t in line_types.LINES if t.tokens_column
+    ]
+    return ",\n       ".join([*amounts, *counts])
+
+
+def _unit_case(dialect: str) -> tuple[str, str]:
+    """(unit, unit_size) of a line from its charge type (schemas.lines)."""
+    sizes = {line_types.FEE_UNIT: _days_in_month("i.period", dialect), line_types.TOKEN_UNIT: "1000000"}
+    charged = [t for t in line_types.LINES if not t.corrects]
+    unit = " ".join(f"WHEN {_q(t.id)} THEN {_q(t.unit)}" for t in charged)
+    size = " ".join(f"WHEN {_q(t.id)} THEN {sizes.get(t.unit, '1')}" for t in charged)
+    return f"CASE {CHARGE} {unit} END", f"CASE {CHARGE} {size} END"
+
+
+def _q(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _document_views(dialect: str) -> dict[str, str]:
     """Revision 0018 on: documents as customers receive them (issue and due dates, what an adjustment
     corrects, units that make quantity x unit price / unit size = amount) and one row per plan
     period instead of a joined string; money with two decimals."""
-    charge = "coalesce(l.adjusted_type, l.line_type)"
-
-    def amount_of(kind: str) -> str:
-        return _money(f"sum(CASE WHEN {charge} = '{kind}' THEN l.amount ELSE 0 END)", dialect)
-
+    charge = CHARGE
+    unit, unit_size = _unit_case(dialect)
     return {
         "finance_invoice_summary": f"""
 SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.sequence,
        i.status, i.corrects, i.currency, {_cents("i.subtotal", dialect)} AS subtotal,
        {_cents("i.total", dialect)} AS total,
-       {_cents("coalesce(l.plan_fee_amount, 0)", dialect)} AS plan_fee_amount,
-       {_cents("coalesce(l.overage_amount, 0)", dialect)} AS overage_amount,
-       coalesce(l.included_tokens, 0) AS included_tokens,
-       coalesce(l.overage_tokens, 0) AS overage_tokens,
+       {_line_columns(_cents("{}", dialect))},
        coalesce(p.plan_periods, 0) AS plan_periods,
        i.created_at, i.finalized_at AS issued_at, i.due_date, i.finalized_at, i.voided_at, i.void_reason,
        i.open_month
 FROM invoices i
 LEFT JOIN (
   SELECT l.invoice_id,
-         {amount_of("plan_fee")} AS plan_fee_amount,
-         {amount_of("overage_usage")} AS overage_amount,
-         sum(CASE WHEN {charge} = 'included_usage' THEN l.quantity ELSE 0 END) AS included_tokens,
-         sum(CASE WHEN {charge} = 'overage_usage' THEN l.quantity ELSE 0 END) AS overage_tokens
+         {_line_sums(dialect)}
   FROM invoice_lines l GROUP BY l.invoice_id
 ) l ON l.invoice_id = i.invoice_id
 LEFT JOIN (
@@ -97,9 +131,8 @@ SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS documen
        i.corrects, i.finalized_at AS issued_at, i.due_date,
        l.line_no, l.line_type, l.adjusted_type, {charge} AS charge_type, l.model, l.speed_tier,
        l.token_kind, l.description, l.quantity,
-       CASE WHEN {charge} = 'plan_fee' THEN 'month' ELSE '1M tokens' END AS unit,
-       CASE WHEN {charge} = 'plan_fee' THEN {_days_in_month("i.period", dialect)} ELSE 1000000 END
-         AS unit_size,
+       {unit} AS unit,
+       {unit_size} AS unit_size,
        l.unit_price, {_cents("l.amount", dialect)} AS amount, i.currency
 FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id""",
         PLANS_VIEW: f"""
@@ -111,28 +144,29 @@ FROM invoice_plans p JOIN invoices i ON i.invoice_id = p.invoice_id""",
     }
 
 
+def _token_sums() -> str:
+    """Per group: a tokens column per token-unit line type."""
+    return ",\n       ".join(
+        f"sum(CASE WHEN {CHARGE} = {_q(t.id)} THEN l.quantity ELSE 0 END) AS {t.tokens_column}"
+        for t in line_types.LINES
+        if t.tokens_column
+    )
+
+
 def _views(dialect: str, open_month: bool = False) -> dict[str, str]:
     """The views' SQL; ``open_month``: the invoices table has that column (revision 0011 on)."""
     marked = "i.open_month" if open_month else "false"
-    charge = "coalesce(l.adjusted_type, l.line_type)"
-    fee = _money(f"sum(CASE WHEN {charge} = 'plan_fee' THEN l.amount ELSE 0 END)", dialect)
-    overage = _money(f"sum(CASE WHEN {charge} = 'overage_usage' THEN l.amount ELSE 0 END)", dialect)
+    charge = CHARGE
     return {
         "finance_invoice_summary": f"""
 SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.sequence,
        i.status, i.corrects, i.plan, i.currency, i.subtotal, i.total,
-       coalesce(l.plan_fee_amount, 0) AS plan_fee_amount,
-       coalesce(l.overage_amount, 0) AS overage_amount,
-       coalesce(l.included_tokens, 0) AS included_tokens,
-       coalesce(l.overage_tokens, 0) AS overage_tokens,
+       {_line_columns("{}")},
        i.created_at, i.finalized_at, i.voided_at, i.void_reason, {marked} AS open_month
 FROM invoices i
 LEFT JOIN (
   SELECT l.invoice_id,
-         {fee} AS plan_fee_amount,
-         {overage} AS overage_amount,
-         sum(CASE WHEN {charge} = 'included_usage' THEN l.quantity ELSE 0 END) AS included_tokens,
-         sum(CASE WHEN {charge} = 'overage_usage' THEN l.quantity ELSE 0 END) AS overage_tokens
+         {_line_sums(dialect)}
   FROM invoice_lines l GROUP BY l.invoice_id
 ) l ON l.invoice_id = i.invoice_id""",
         "finance_invoice_lines": f"""
@@ -142,9 +176,8 @@ SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS documen
 FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id""",
         "finance_revenue_by_model_tier": f"""
 SELECT i.period AS month, l.model, l.speed_tier, l.token_kind, i.currency,
-       sum(CASE WHEN {charge} IN ('included_usage', 'overage_usage') THEN l.quantity ELSE 0 END) AS tokens,
-       sum(CASE WHEN {charge} = 'included_usage' THEN l.quantity ELSE 0 END) AS included_tokens,
-       sum(CASE WHEN {charge} = 'overage_usage' THEN l.quantity ELSE 0 END) AS overage_tokens,
+       sum(CASE WHEN {charge} IN {USAGE} THEN l.quantity ELSE 0 END) AS tokens,
+       {_token_sums()},
        {_money("sum(l.amount)", dialect)} AS revenue
 FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
 WHERE i.status = 'finalized' AND l.model IS NOT NULL
@@ -158,7 +191,7 @@ FROM pool_usage""",
         "finance_reconciliation": f"""
 WITH usage AS (
   SELECT {_month("day", dialect)} AS month, sum(tokens) AS tokens
-  FROM (SELECT day, sum(input_tokens + output_tokens) AS tokens FROM usage_daily GROUP BY day) d
+  FROM (SELECT day, sum({ALLOWANCE}) AS tokens FROM usage_daily GROUP BY day) d
   GROUP BY 1
 ), metered_utc AS (
   SELECT {_month("utc_day", dialect)} AS month, sum(included_tokens + overage_tokens) AS tokens
@@ -204,10 +237,10 @@ def _gaps(dialect: str) -> str:
     ``meter again``). Metered tokens of a UTC day with no usage_daily rows wait for ``aggregate``.
     Billable tokens of a local month that no non-void document holds wait for ``invoice``."""
     month = _month("coalesce(g.unmetered_day, g.day)", dialect)
-    charge = "coalesce(l.adjusted_type, l.line_type)"
+    charge = CHARGE
     return f"""
 WITH used AS (
-  SELECT day, sum(input_tokens + output_tokens) AS tokens FROM usage_daily GROUP BY day
+  SELECT day, sum({ALLOWANCE}) AS tokens FROM usage_daily GROUP BY day
 ), metered AS (
   SELECT utc_day AS day, sum(included_tokens + overage_tokens) AS tokens FROM metered_days GROUP BY utc_day
 ), days AS (
@@ -253,7 +286,7 @@ def _unknown(dialect: str) -> str:
     """``finance_unknown_accounts`` (revision 0019 on): each document of an account the accounts table
     has never held (or held only after its month was accepted), its usage tokens and total, and the
     recorded acceptance that let it be numbered (none: ``finalize`` refuses its month)."""
-    charge = "coalesce(l.adjusted_type, l.line_type)"
+    charge = CHARGE
     return f"""
 SELECT i.period AS month, i.account_id, i.invoice_id, i.invoice_number, i.kind AS document, i.status,
        coalesce(t.tokens, 0) AS tokens, {_cents("i.total", dialect)} AS total, i.currency,
@@ -262,7 +295,7 @@ SELECT i.period AS month, i.account_id, i.invoice_id, i.invoice_number, i.kind A
 FROM invoices i
 LEFT JOIN (
   SELECT l.invoice_id, sum(l.quantity) AS tokens FROM invoice_lines l
-  WHERE {charge} IN ('included_usage', 'overage_usage') GROUP BY l.invoice_id
+  WHERE {charge} IN {USAGE} GROUP BY l.invoice_id
 ) t ON t.invoice_id = i.invoice_id
 LEFT JOIN unknown_account_acceptances a ON a.period = i.period AND a.account_id = i.account_id
 WHERE a.account_id IS NOT NULL OR i.account_id NOT IN (SELECT account_id FROM accounts)"""
@@ -270,7 +303,7 @@ WHERE a.account_id IS NOT NULL OR i.account_id NOT IN (SELECT account_id FROM ac
 
 def _money_views(dialect: str) -> dict[str, str]:
     """Revision 0019 on: revenue with plan fees, the backup tank and the pool reconciliation."""
-    charge = "coalesce(l.adjusted_type, l.line_type)"
+    charge = CHARGE
     month = _month("d.local_day", dialect)
     return {
         "finance_revenue": f"""
@@ -296,7 +329,7 @@ WITH drawn AS (
 ), invoiced AS (
   SELECT i.period AS month, sum(l.quantity) AS tokens
   FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
-  WHERE i.status <> 'void' AND {charge} = 'included_usage'
+  WHERE i.status <> 'void' AND {charge} = '{INCLUDED}'
   GROUP BY i.period
 ), months AS (
   SELECT month FROM drawn UNION SELECT month FROM by_period UNION SELECT month FROM included

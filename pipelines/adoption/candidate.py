@@ -18,6 +18,8 @@ from pipelines.adoption import weekly as adoption
 from pipelines.runtime.outputs import atomic, neutralize_value
 from pipelines.warehouse.engine import as_date, read_arrow
 from schemas.catalog import AdoptionConfig, Catalog
+from schemas.tokens import allowance_tokens
+from schemas.tokens import fields as token_fields
 from schemas.warehouse import UsageDaily
 
 
@@ -33,13 +35,13 @@ def recent_usage(engine: Engine, model: str, weeks: list[dt.date], cfg: Adoption
     definition of ``pipelines.adoption.weekly``)."""
     u = UsageDaily.__table__.c
     first, last = weeks[0], weeks[-1] + dt.timedelta(days=6)
-    query = select(u.day, u.account_id, u.requests, u.input_tokens, u.output_tokens, u.output_ms).where(
+    query = select(u.day, u.account_id, u.requests, *(u[f] for f in token_fields()), u.output_ms).where(
         u.model == model, u.day.between(first, last), u.requests > 0
     )
     with engine.connect() as conn:
         rows = read_arrow(conn, query, RECENT_SCHEMA)
     rows = rows.append_column("week_start", adoption.week_start(rows["day"]))
-    rows = rows.append_column("tokens", pc.add(rows["input_tokens"], rows["output_tokens"]))
+    rows = rows.append_column("tokens", allowance_tokens(rows))
     per_day = rows.group_by(["week_start", "account_id", "day"], use_threads=False).aggregate(
         [("requests", "sum")]
     )
@@ -83,8 +85,7 @@ RECENT_SCHEMA = pa.schema(
         ("day", pa.date32()),
         ("account_id", pa.string()),
         ("requests", pa.int64()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
+        *((f, pa.int64()) for f in token_fields()),
         ("output_ms", pa.int64()),
     ]
 )
@@ -282,11 +283,10 @@ def unpriced_tiers(catalog: Catalog, successor: str | None, preview: dict) -> li
         return []
     from billing.invoices import month_bounds
     from billing.pricing import price_in_force
-    from schemas.events import SPEED_TIERS
 
     first, last = month_bounds(preview["month"])
     out = []
-    for tier in SPEED_TIERS:
+    for tier in catalog.tier_ids:
         if tier in preview["tiers"]:
             continue
         missing = [d for d in (first, last) if price_in_force(catalog, successor, tier, d) is None]

@@ -55,7 +55,7 @@ def retirement_preview(
         str,
         typer.Option(
             "--tier",
-            help="the successor's speed tier: standard, priority, ultrafast, keep (each event's own) or all "
+            help="the successor's speed tier: one of the catalog's tiers, keep (each event's own) or all "
             "(each tier with a price on every day of the month)",
         ),
     ] = "all",

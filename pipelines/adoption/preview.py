@@ -39,12 +39,19 @@ from pipelines.adoption.preview_input import AccountZones, plan_rows, read_event
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing.months import check_month
 from pipelines.quota.checks import check_allocation
-from schemas.catalog import TOKEN_KINDS, Catalog
-from schemas.events import SPEED_TIERS, utc_date
+from schemas import tokens
+from schemas.catalog import Catalog
+from schemas.events import utc_date
 from schemas.lake import AMOUNT
 
 KEEP, ALL = "keep", "all"
-TIER_CHOICES = (*SPEED_TIERS, KEEP, ALL)
+
+
+def tier_choices(catalog: Catalog) -> tuple[str, ...]:
+    """What ``--tier`` accepts: the catalog's tiers (slowest first), ``keep`` and ``all``."""
+    return (*catalog.tier_ids, KEEP, ALL)
+
+
 CHUNK_EVENTS = 400_000  # events allocated at once (an account's events are never split)
 ZERO = Decimal("0.00")
 
@@ -72,9 +79,10 @@ def resolve(catalog: Catalog, model: str, month: str, successor: str | None, tie
             )
     elif successor not in catalog.model_ids:
         raise UsageBillingError(f"successor {successor!r} is not a model in the catalog")
-    if tier not in TIER_CHOICES:
-        raise UsageBillingError(f"--tier must be one of {', '.join(TIER_CHOICES)}, got {tier!r}")
-    tiers = SPEED_TIERS if tier == ALL else (tier,)
+    choices = tier_choices(catalog)
+    if tier not in choices:
+        raise UsageBillingError(f"--tier must be one of {', '.join(choices)}, got {tier!r}")
+    tiers = catalog.tier_ids if tier == ALL else (tier,)
     return Request(model, successor, month, tuple(tiers) if tier == ALL else (tier,))
 
 
@@ -169,7 +177,7 @@ def _tiers(catalog: Catalog, request: Request, moved_days: list[dt.date], asked:
     if asked == ALL:
         tiers = tuple(
             t
-            for t in SPEED_TIERS
+            for t in catalog.tier_ids
             if all(price_in_force(catalog, request.successor, t, d) for d in moved_days)
         )
         if not tiers:
@@ -192,7 +200,7 @@ def _check_prices(catalog: Catalog, request: Request, moved: pa.Table, tier: str
     )
     need = need.sort_by([("day", "ascending"), ("tier", "ascending")])
     try:
-        for kind in TOKEN_KINDS:
+        for kind in tokens.ids():
             unit_prices(
                 catalog,
                 pa.repeat(pa.scalar(request.successor, pa.string()), need.num_rows),
@@ -289,9 +297,7 @@ def compute(
     }
     plans = plan_rows(accounts, affected, first, last)
     moved_tokens = _per_account(
-        pa.table(
-            {"account_id": moved["account_id"], "v": pc.add(moved["input_tokens"], moved["output_tokens"])}
-        )
+        pa.table({"account_id": moved["account_id"], "v": tokens.allowance_tokens(moved)})
     )
     now = _bill(current, plans, catalog, request, "current")
     rows: list[dict] = []

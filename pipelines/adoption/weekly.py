@@ -28,6 +28,8 @@ from billing.calendar import monday, period_start
 from pipelines.warehouse.engine import insert_arrow, read_arrow
 from pipelines.warehouse.gate import held_back
 from schemas.catalog import AdoptionConfig
+from schemas.tokens import allowance_tokens
+from schemas.tokens import fields as token_fields
 from schemas.warehouse import ModelMigration, ModelWeekly, UsageDaily
 
 ALL_TIERS = "*"
@@ -39,8 +41,7 @@ USAGE_SCHEMA = pa.schema(
         ("model", pa.string()),
         ("speed_tier", pa.string()),
         ("requests", pa.int64()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
+        *((f, pa.int64()) for f in token_fields()),
     ]
 )
 
@@ -66,7 +67,7 @@ def account_weeks(usage: pa.Table, weeks: list[dt.date]) -> pa.Table:
     """Per (week, account, model, tier) and per (week, account, model, '*'): requests, tokens, active days."""
     t = usage.append_column("week_start", week_start(usage["day"]))
     t = t.filter(pc.is_in(t["week_start"], value_set=pa.array(weeks, pa.date32())))
-    t = t.append_column("tokens", pc.add(t["input_tokens"], t["output_tokens"]))
+    t = t.append_column("tokens", allowance_tokens(t))
     keys = ["week_start", "account_id", "model"]
     aggs = [("requests", "sum"), ("tokens", "sum"), ("day", "count_distinct")]
     per_tier = _sum_by(t, [*keys, "speed_tier"], aggs)
@@ -257,7 +258,7 @@ def failed_days(engine: Engine) -> set[dt.date]:
 def load_usage(engine: Engine, first: dt.date, last: dt.date) -> pa.Table:
     u = UsageDaily.__table__.c
     query = select(
-        u.day, u.account_id, u.model, u.speed_tier, u.requests, u.input_tokens, u.output_tokens
+        u.day, u.account_id, u.model, u.speed_tier, u.requests, *(u[f] for f in token_fields())
     ).where(u.day.between(first, last))
     with engine.connect() as conn:
         return read_arrow(conn, query, USAGE_SCHEMA)

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.ingest.validate import Rules, _missing
-from schemas.events import SPEED_TIERS
 
 
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
@@ -47,7 +46,7 @@ def unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
         for i, m in enumerate(model_values)
         if m in rules.models
         for j, t in enumerate(tier_values)
-        if t in SPEED_TIERS and first.get((m, t), earliest + 1) > earliest
+        if t in rules.tiers and first.get((m, t), earliest + 1) > earliest
     ]
     if not suspect:
         return np.zeros(n, bool)

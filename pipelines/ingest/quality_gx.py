@@ -144,7 +144,9 @@ class Gate:
         self.factor = factor
         self.suite = OUTCOME_SUITE_NAME if outcomes else SUITE_NAME
         self.checks = (
-            outcome_checks() if outcomes else partition_checks(catalog.model_ids, MAX_TOKENS_LIMIT, factor)
+            outcome_checks()
+            if outcomes
+            else partition_checks(catalog.model_ids, MAX_TOKENS_LIMIT, factor, catalog.tier_ids)
         )
         self.row_checks = [c for c in self.checks if c.scope == "rows"]
         self.profile_checks = [c for c in self.checks if c.scope == "profile"]

@@ -9,32 +9,27 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.errors import UsageBillingError
 from pipelines.ingest.datasets import EVENTS, OUTCOMES, Dataset
 from pipelines.ingest.readers import SPEC_OK, RawChunk
+from pipelines.ingest.rules import Rules
+from schemas import tokens
 from schemas.events import (
     DICTIONARY,
     QUARANTINE_SCHEMA,
     REQUIRED_FIELDS,
-    SPEED_TIERS,
     STATUSES,
     TIMESTAMP,
     TOKEN_FIELDS,
 )
 from schemas.jsonl import ROW_NUMBER
 from schemas.limits import (
-    DEFAULT_LATENESS_DAYS,
-    DEFAULT_MAX_TOKENS_PER_EVENT,
     MAX_DURATION_MS,
     MAX_ID_LENGTH,
-    MAX_LATENESS_DAYS,
-    MAX_TOKENS_LIMIT,
     looks_alike,
 )
 
@@ -45,38 +40,6 @@ _ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
 ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code", "task_id")
 BLANK_CHECKED = ("event_id", "account_id")  # required ids: empty or only white space is no id
 _CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE2's syntax
-
-
-@dataclass(frozen=True)
-class Rules:
-    models: frozenset[str]
-    lateness_days: int = DEFAULT_LATENESS_DAYS
-    max_tokens_per_event: int = DEFAULT_MAX_TOKENS_PER_EVENT
-    future_slack_hours: int = 24
-    # (model, tier) -> the first UTC day a price is in force (prices never end: the newest
-    # effective_from <= day applies). A pair missing here has no price at all.
-    priced_from: tuple[tuple[str, str, dt.date], ...] = ()
-    check_prices: bool = False  # on for a catalog's rules (for_catalog); off for rules without prices
-
-    def __post_init__(self) -> None:
-        if not 0 < self.lateness_days <= MAX_LATENESS_DAYS:
-            raise UsageBillingError(
-                f"--lateness_days must be between 1 and {MAX_LATENESS_DAYS}, got {self.lateness_days}"
-            )
-        if not 0 < self.max_tokens_per_event <= MAX_TOKENS_LIMIT:
-            raise UsageBillingError(
-                f"--max_tokens_per_event must be between 1 and {MAX_TOKENS_LIMIT:,}, "
-                f"got {self.max_tokens_per_event}"
-            )
-
-    @classmethod
-    def for_catalog(cls, catalog, **options: int) -> Rules:  # type: ignore[no-untyped-def]
-        first: dict[tuple[str, str], dt.date] = {}
-        for p in catalog.prices:
-            key = (p.model, p.tier)
-            first[key] = min(first.get(key, p.effective_from), p.effective_from)
-        priced = tuple(sorted((m, t, d) for (m, t), d in first.items()))
-        return cls(frozenset(catalog.model_ids), priced_from=priced, check_prices=True, **options)
 
 
 def _np_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -185,19 +148,21 @@ def validate(
     if SPEC_OK in raw.column_names:
         checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
     checks.append(("unknown_model", _not_in(raw["model"], rules.models)))
-    checks.append(("unknown_speed_tier", _not_in(raw["speed_tier"], SPEED_TIERS)))
+    checks.append(("unknown_speed_tier", _not_in(raw["speed_tier"], rules.tiers)))
     checks.append(("unknown_status", _not_in(raw["status"], STATUSES)))
-    tokens = {name: raw[name] for name in TOKEN_FIELDS}
+    counts = {name: raw[name] for name in TOKEN_FIELDS}
     negative = np.zeros(n, bool)
     too_big = np.zeros(n, bool)
-    for col in tokens.values():
+    for col in counts.values():
         negative |= _np_mask(pc.less(col, 0))
         too_big |= _np_mask(pc.greater(col, rules.max_tokens_per_event))
     checks.append(("negative_tokens", negative))
     checks.append(("tokens_out_of_range", too_big))
-    checks.append(
-        ("cached_exceeds_input", _np_mask(pc.greater(tokens["cached_input_tokens"], tokens["input_tokens"])))
-    )
+    for reason, whole, inside in tokens.exceeds_checks():
+        total = counts[inside[0]]
+        for part in inside[1:]:
+            total = pc.add(total, pc.fill_null(counts[part], 0))
+        checks.append((reason, _np_mask(pc.greater(total, counts[whole]))))
     checks.append(("negative_duration", _np_mask(pc.less(raw["duration_ms"], 0))))
     checks.append(("duration_out_of_range", _np_mask(pc.greater(raw["duration_ms"], MAX_DURATION_MS))))
     if rules.check_prices:
@@ -346,6 +311,9 @@ def _to_lake(
         f.name: (times[f.name] if f.name in times else _as(raw[f.name], fields[f.name].type))
         for f in dataset.payload
     }
+    for k in tokens.KINDS:  # a token kind producers may leave out counts 0 where they do
+        if not k.required and k.field in cols:
+            cols[k.field] = pc.fill_null(cols[k.field], 0)
     n = raw.num_rows
     cols["_landing_date"] = pa.array(np.full(n, np.datetime64(landing_date, "D"))).cast(pa.date32())
     cols["_source_file"] = pa.DictionaryArray.from_arrays(

@@ -102,7 +102,16 @@ def invoices_export(
 
     with step(f"exporting the documents of {month}"):
         s = settings_of(ctx)
-        n = export(warehouse_of(ctx), month, out_dir, fmt, account=account, lake=s.lake, landing=s.landing)
+        n = export(
+            warehouse_of(ctx),
+            month,
+            out_dir,
+            fmt,
+            account=account,
+            lake=s.lake,
+            landing=s.landing,
+            tier_labels=s.catalog.tier_labels,
+        )
     written = [f"{n['invoices']:,} documents, {n['lines']:,} lines"]
     written += [f"{n[kind]:,} {kind.upper()} documents" for kind in ("html", "pdf") if n[kind]]
     out.print(f"{month}: {', '.join(written)} in {out_dir}")

@@ -19,10 +19,12 @@ from collections import defaultdict
 from decimal import Decimal
 
 from billing.invoices import month_bounds
+from schemas import lines as line_types
+from schemas import tokens
+from schemas.catalog import DEFAULT_TIERS
 
-KIND_WORDS = {"input": "Input tokens", "cached_input": "Cached input tokens", "output": "Output tokens"}
-TIER_WORDS = {"standard": "Standard", "priority": "Priority", "ultrafast": "Ultrafast"}
-KIND_ORDER = {"input": 0, "cached_input": 1, "output": 2}
+# What a page prints for a speed tier: the catalog's labels (``[[tiers]]``), passed to ``render``.
+DEFAULT_LABELS: dict[str, str] = dict(DEFAULT_TIERS)
 
 
 def money(value: Decimal, currency: str | None = None) -> str:
@@ -57,8 +59,8 @@ def plan_name(plan: str | None) -> str:
     return f"{plan.replace('_', ' ').title()} plan" if plan else "Pay as you go"
 
 
-def group_label(model: str, tier: str) -> str:
-    return f"{model} \u00b7 {TIER_WORDS.get(tier, tier)}"
+def group_label(model: str, tier: str, labels: dict[str, str] | None = None) -> str:
+    return f"{model} \u00b7 {(labels or DEFAULT_LABELS).get(tier, tier)}"
 
 
 def _e(value: object) -> str:
@@ -87,16 +89,19 @@ def _fee_text(line: dict, currency: str, periods: list[dict]) -> str:
     return f"{plan_name(plan)}: {days} of {line['unit_size']} days{span} at {fee} per month"
 
 
-def _summary(lines: list[dict], currency: str, adjustment: bool) -> list[str]:
+FEE, INCLUDED, OVERAGE = line_types.PLAN_FEE.id, line_types.INCLUDED.id, line_types.OVERAGE.id
+
+
+def _summary(lines: list[dict], currency: str, adjustment: bool, labels: dict[str, str]) -> list[str]:
     """One row for the plan fees and one per model and tier: tokens used, included, charged, amount."""
     rows: dict[tuple, dict] = {}
     for line in lines:
         charge = _charge(line)
-        key = ("", "") if charge == "plan_fee" else (line["model"], line["speed_tier"])
+        key = ("", "") if charge == FEE else (line["model"], line["speed_tier"])
         row = rows.setdefault(key, {"included": 0, "charged": 0, "amount": Decimal(0)})
-        if charge == "included_usage":
+        if charge == INCLUDED:
             row["included"] += line["quantity"]
-        elif charge == "overage_usage":
+        elif charge == OVERAGE:
             row["charged"] += line["quantity"]
         row["amount"] += line["amount"]
     change = " (change)" if adjustment else ""
@@ -113,7 +118,7 @@ def _summary(lines: list[dict], currency: str, adjustment: bool) -> list[str]:
             continue
         used = row["included"] + row["charged"]
         out.append(
-            f"<tr><td>{_e(group_label(model, tier))}</td><td class=n>{count(used)}</td>"
+            f"<tr><td>{_e(group_label(model, tier, labels))}</td><td class=n>{count(used)}</td>"
             f"<td class=n>{count(row['included'])}</td><td class=n>{count(row['charged'])}</td>"
             f"<td class=n>{money(row['amount'])}</td></tr>"
         )
@@ -121,10 +126,12 @@ def _summary(lines: list[dict], currency: str, adjustment: bool) -> list[str]:
     return out
 
 
-def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: bool) -> list[str]:
+def _detail(
+    lines: list[dict], currency: str, periods: list[dict], adjustment: bool, labels: dict[str, str]
+) -> list[str]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for line in lines:
-        key = ("", "") if _charge(line) == "plan_fee" else (line["model"], line["speed_tier"])
+        key = ("", "") if _charge(line) == FEE else (line["model"], line["speed_tier"])
         groups[key].append(line)
     out = [
         "<table class='detail'><thead><tr><th>Description</th><th class=n>Quantity</th>"
@@ -132,27 +139,27 @@ def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: b
     ]
     covered = []  # groups of included usage only: one line at the end, their figures are in the summary
     for (model, tier), rows in sorted(groups.items()):
-        title = "Plan" if not model else group_label(model, tier)
+        title = "Plan" if not model else group_label(model, tier, labels)
         subtotal = sum((r["amount"] for r in rows), Decimal(0))
-        if model and all(_charge(r) == "included_usage" for r in rows):
+        if model and all(_charge(r) == INCLUDED for r in rows):
             covered.append(title)
             continue
         out.append(
             f"<tbody><tr class='group'><th colspan=3>{_e(title)}</th><th class=n>{money(subtotal)}</th></tr>"
         )
         included: dict[str, int] = defaultdict(int)
-        for r in sorted(rows, key=lambda r: (KIND_ORDER.get(r["token_kind"], 9), r["quantity"])):
+        for r in sorted(rows, key=lambda r: (tokens.rank(r["token_kind"]), r["quantity"])):
             charge = _charge(r)
-            if charge == "included_usage":
+            if charge == INCLUDED:
                 included[r["token_kind"]] += r["quantity"]
                 continue
             before = adjustment and r["quantity"] < 0
-            if charge == "plan_fee":
+            if charge == FEE:
                 text = _fee_text(r, currency, periods)
                 quantity = f"{abs(r['quantity'])} days"
                 unit_price = f"{price(r['unit_price'])} / month"
             else:
-                text = f"{KIND_WORDS.get(r['token_kind'], r['token_kind'])} beyond the allowances"
+                text = f"{tokens.label(r['token_kind'])} beyond the allowances"
                 quantity = count(r["quantity"])
                 unit_price = f"{price(r['unit_price'])} / 1M"
             if before:
@@ -168,8 +175,8 @@ def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: b
             if net:
                 total = sum(net.values())
                 parts = " \u00b7 ".join(
-                    f"{KIND_WORDS[k].removesuffix(' tokens').lower()} {count(v)}"
-                    for k, v in sorted(net.items(), key=lambda kv: KIND_ORDER.get(kv[0], 9))
+                    f"{tokens.label(k).removesuffix(' tokens').lower()} {count(v)}"
+                    for k, v in sorted(net.items(), key=lambda kv: tokens.rank(kv[0]))
                 )
                 what = "Change in tokens covered" if adjustment else "Tokens covered"
                 out.append(
@@ -187,12 +194,20 @@ def _detail(lines: list[dict], currency: str, periods: list[dict], adjustment: b
     return out
 
 
-def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | None = None) -> str:
+def render(
+    doc: dict,
+    lines: list[dict],
+    periods: list[dict],
+    corrected: dict | None = None,
+    labels: dict[str, str] | None = None,
+) -> str:
     """The document's page. ``doc``: an export row of the document with its customer and seller;
     ``lines`` and ``periods`` (its plan periods) as exported; ``corrected``: the document an
-    adjustment corrects (its number and issue date), when known."""
+    adjustment corrects (its number and issue date), when known; ``labels``: the catalog's speed
+    tier labels by id."""
+    labels = labels or DEFAULT_LABELS
     currency = doc["currency"]
-    adjustment = doc["document_type"] == "adjustment"
+    adjustment = doc["document_type"] == line_types.ADJUSTMENT_DOCUMENT
     title = "Adjustment" if adjustment else "Invoice"
     issued = doc["issued_at"].date() if doc["issued_at"] else None
     customer = doc["customer_name"] or f"Account {doc['account_id']}"
@@ -241,7 +256,7 @@ def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | 
         )
         parts.append(f"<p class='plans'>Plan: {_e(listed)}</p>")
     parts.append("<h2>Summary</h2>")
-    parts += _summary(lines, currency, adjustment) if lines else ["<p>No charges.</p>"]
+    parts += _summary(lines, currency, adjustment, labels) if lines else ["<p>No charges.</p>"]
     due = "Total due" if doc["total"] >= 0 else "Total credited to the account"
     parts.append(
         f"<p class='total'>{due} <b class=n>{_e(money(abs(doc['total']), currency))}</b>"
@@ -250,7 +265,7 @@ def render(doc: dict, lines: list[dict], periods: list[dict], corrected: dict | 
     )
     if lines:
         parts.append("<h2>Detail</h2>")
-        parts += _detail(lines, currency, periods, adjustment)
+        parts += _detail(lines, currency, periods, adjustment, labels)
     parts.append(
         f"<p class='foot'>Amounts in {_e(currency)}. Token prices are per 1M tokens; each amount is "
         "quantity \u00d7 unit price, rounded half-up to the cent, and the total is the sum of the "

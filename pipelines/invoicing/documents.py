@@ -60,6 +60,7 @@ from pipelines.warehouse.engine import insert_arrow, read_arrow
 from pipelines.warehouse.locks import step_lock
 from pipelines.warehouse.unknown import UnknownAccount, refuse_unless_accepted, unknown_drafts
 from schemas.catalog import Catalog
+from schemas.lines import ADJUSTMENT_DOCUMENT, INVOICE_DOCUMENT
 from schemas.warehouse import (
     Account,
     BillableUsage,
@@ -133,8 +134,8 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         is_billed = pc.is_in(truth["account_id"], value_set=billed_accounts)
         fresh = truth.filter(pc.invert(is_billed))
         adjustments = difference(truth.filter(is_billed), _billed_lines(conn, month))
-        invoices = _invoice_rows(fresh, "invoice", plans, docs, month, catalog, now)
-        adjusting = _invoice_rows(adjustments, "adjustment", plans, docs, month, catalog, now)
+        invoices = _invoice_rows(fresh, INVOICE_DOCUMENT, plans, docs, month, catalog, now)
+        adjusting = _invoice_rows(adjustments, ADJUSTMENT_DOCUMENT, plans, docs, month, catalog, now)
         header = pa.concat_tables([invoices, adjusting])
         header = header.append_column(
             "open_month", pa.array([bool(still_open)] * header.num_rows, pa.bool_())
@@ -229,7 +230,7 @@ def _invoice_rows(
     corrects: dict[str, str] = {}
     # An adjustment corrects the account's finalized invoice of the month; were that voided, the
     # latest finalized adjustment (what is billed is then that document and those before it).
-    for d in sorted(docs, key=lambda d: (d.kind == "invoice", d.sequence)):
+    for d in sorted(docs, key=lambda d: (d.kind == INVOICE_DOCUMENT, d.sequence)):
         next_seq[d.account_id] = max(next_seq.get(d.account_id, 1), d.sequence + 1)
         if d.status == "finalized":
             corrects[d.account_id] = d.invoice_number
@@ -252,7 +253,7 @@ def _invoice_rows(
             "kind": pa.array([kind] * n, pa.string()),
             "status": pa.array(["draft"] * n, pa.string()),
             "corrects": pa.array(
-                [corrects.get(a) if kind == "adjustment" else None for a in accounts], pa.string()
+                [corrects.get(a) if kind == ADJUSTMENT_DOCUMENT else None for a in accounts], pa.string()
             ),
             "plan": pa.array([plan_of.get(a) for a in accounts], pa.string()),
             "currency": pa.array([catalog.currency] * n, pa.string()),

@@ -77,10 +77,12 @@ def export(
     account: str | None = None,
     lake: str = "",
     landing: str = "",
+    tier_labels: dict[str, str] | None = None,
 ) -> dict[str, int]:
     """Write the month's numbered documents (of ``account`` only, when given) in ``formats``;
     returns how many documents, lines, HTML pages and PDFs were written. ``out`` may not lie inside
-    ``lake`` or ``landing``; every file is written whole or not at all (``runtime.outputs``)."""
+    ``lake`` or ``landing``; every file is written whole or not at all (``runtime.outputs``).
+    ``tier_labels``: what the pages print for each speed tier (the catalog's ``[[tiers]]``)."""
     month = check_month(month)
     chosen = parse_formats(formats)
     if not str(out).strip():
@@ -101,7 +103,7 @@ def export(
                         else:  # for machines: the raw values
                             pq.write_table(table, tmp)
         if "html" in chosen or "pdf" in chosen:
-            pages = document_pages(docs, lines, plans, month)  # made one batch at a time
+            pages = document_pages(docs, lines, plans, month, labels=tier_labels)  # a batch at a time
             if "html" in chosen:
                 pages = _written_as_html(pages, out / "html", counts)
             if "pdf" in chosen:
@@ -185,7 +187,12 @@ def _written_as_html(
 
 
 def document_pages(
-    docs: pa.Table, lines: pa.Table, plans: pa.Table, month: str, batch: int = 2_000
+    docs: pa.Table,
+    lines: pa.Table,
+    plans: pa.Table,
+    month: str,
+    batch: int = 2_000,
+    labels: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """(number, HTML page) of each document, made ``batch`` documents at a time (only a batch's rows
     are Python objects at once: 100,000 documents hold over a million lines)."""
@@ -204,7 +211,7 @@ def document_pages(
                 corrected = {"invoice_number": doc["corrects"], "issued": when.date() if when else None}
             own_lines = batch_lines[line_at[i] - line_at[first] : line_at[i + 1] - line_at[first]]
             own_plans = batch_plans[plan_at[i] - plan_at[first] : plan_at[i + 1] - plan_at[first]]
-            yield doc["invoice_number"], customer.render(doc, own_lines, own_plans, corrected)
+            yield doc["invoice_number"], customer.render(doc, own_lines, own_plans, corrected, labels)
 
 
 def write_index(folder: Path, docs: pa.Table) -> None:

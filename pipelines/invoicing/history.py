@@ -22,15 +22,19 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from billing.invoices import month_bounds
 from billing.pricing import price_in_force
 from pipelines.errors import UsageBillingError
-from schemas.catalog import TOKEN_KINDS, Catalog
+from schemas import lines as line_types
+from schemas.catalog import Catalog
+from schemas.tokens import ids as kind_ids
 from schemas.warehouse import BillableUsage, BilledCatalogRow
+
+PRICE, FEE = "price", line_types.PLAN_FEE.id  # the kinds of catalog row that bill
 
 
 @dataclass(frozen=True)
 class Billed:
     """One catalog row as it billed finalized documents."""
 
-    kind: str  # "price" | "plan_fee"
+    kind: str  # PRICE | FEE
     subject: str  # the model (prices) or the plan (fees)
     tier: str  # the speed tier of a price; "" for a fee
     effective_from: dt.date | None  # None: a plan's ``monthly_fee`` (in force from the start)
@@ -44,7 +48,7 @@ class Billed:
         return f"{self.kind}:{self.subject}:{self.tier}:{since}"
 
     def name(self) -> str:
-        if self.kind == "price":
+        if self.kind == PRICE:
             return f"[[prices]] {self.subject} / {self.tier} effective {self.effective_from}"
         if self.effective_from is None:
             return f"plan {self.subject!r} monthly_fee"
@@ -52,27 +56,29 @@ class Billed:
 
 
 def _price_values(price) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    return {k: str(price.per_million(k)) for k in TOKEN_KINDS}
+    return {k: str(price.per_million(k)) for k in kind_ids()}
 
 
-def _same(a: dict[str, str], b: dict[str, str]) -> bool:
-    return a.keys() == b.keys() and all(Decimal(a[k]) == Decimal(b[k]) for k in a)
+def _same(billed: dict[str, str], now: dict[str, str]) -> bool:
+    """The values a row billed with still hold. A token kind added since (it is not in ``billed``)
+    priced nothing on those documents: only the kinds that billed are compared."""
+    return billed.keys() <= now.keys() and all(Decimal(billed[k]) == Decimal(now[k]) for k in billed)
 
 
 def _problem(row: Billed, catalog: Catalog) -> str | None:
     """What about ``row`` the catalog no longer says as it billed (None: it still does)."""
-    if row.kind == "price":
+    if row.kind == PRICE:
         for day in (row.first_day, row.last_day):
             now = price_in_force(catalog, row.subject, row.tier, day)
             if now is None or now.effective_from != row.effective_from:
                 found = f"a row effective {now.effective_from}" if now is not None else "no row"
                 return f"on {day}, a day it priced, the catalog now has {found} in force"
         now = price_in_force(catalog, row.subject, row.tier, row.last_day)
-        if not _same(_price_values(now), row.values):
+        if not _same(row.values, _price_values(now)):
             changed = ", ".join(
-                f"{k} {row.values[k]} -> {_price_values(now)[k]}"
+                f"{k} {row.values[k]} -> {_price_values(now).get(k, 'absent')}"
                 for k in row.values
-                if Decimal(row.values[k]) != Decimal(_price_values(now)[k])
+                if k not in _price_values(now) or Decimal(row.values[k]) != Decimal(_price_values(now)[k])
             )
             return f"its values changed ({changed})"
         return None
@@ -90,7 +96,7 @@ def _problem(row: Billed, catalog: Catalog) -> str | None:
 
 
 def _how(row: Billed) -> str:
-    if row.kind == "price":
+    if row.kind == PRICE:
         return (
             f"restore it and add a new [[prices]] row for {row.subject} / {row.tier} with an effective_from "
             f"after {row.last_day}"
@@ -138,7 +144,7 @@ def used_by(conn: Connection, catalog: Catalog, month: str) -> list[Billed]:
         price = price_in_force(catalog, model, tier, hi)
         if price is None:
             continue  # a draft would have refused: nothing to record
-        rows.append(Billed("price", model, tier, since, _price_values(price), lo, hi))
+        rows.append(Billed(PRICE, model, tier, since, _price_values(price), lo, hi))
     periods = conn.execute(
         text(
             "SELECT p.plan, p.active_from, p.active_until FROM invoice_plans p "
@@ -159,7 +165,7 @@ def used_by(conn: Connection, catalog: Catalog, month: str) -> list[Billed]:
             seen = fees.setdefault((plan_id, since), [a, z, fee])
             seen[0], seen[1] = min(seen[0], a), max(seen[1], z)
     for (plan_id, since), (a, z, fee) in sorted(fees.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        rows.append(Billed("plan_fee", plan_id, "", since, {"monthly_fee": str(fee)}, a, z))
+        rows.append(Billed(FEE, plan_id, "", since, {"monthly_fee": str(fee)}, a, z))
     return rows
 
 
@@ -209,14 +215,14 @@ def check_drafts(conn: Connection, catalog: Catalog, month: str) -> None:
     allowed = {
         (r.subject, r.tier, kind, Decimal(value).normalize())
         for r in [*recorded(conn), *used_by(conn, catalog, month)]
-        if r.kind == "price"
+        if r.kind == PRICE
         for kind, value in r.values.items()
     }
     lines = conn.execute(
         text(
             "SELECT DISTINCT l.model, l.speed_tier, l.token_kind, l.unit_price FROM invoice_lines l "
             "JOIN invoices i ON i.invoice_id = l.invoice_id WHERE i.period = :m AND i.status = 'draft' "
-            "AND coalesce(l.adjusted_type, l.line_type) = 'overage_usage'"
+            f"AND coalesce(l.adjusted_type, l.line_type) = '{line_types.OVERAGE.id}'"
         ),
         {"m": month},
     ).all()

@@ -195,11 +195,13 @@ def run_demo(
         exports = Path(settings.exports) / closed[-1] if closed else None
         sample = None  # the document of the month's largest bill, also drawn as a PDF
         if exports is not None:
-            export(engine, closed[-1], exports, "csv,parquet,html")
+            export(engine, closed[-1], exports, "csv,parquet,html", tier_labels=catalog.tier_labels)
             sample = _largest_bill(engine, closed[-1])
             if sample is not None:
                 try:
-                    export(engine, closed[-1], exports, "pdf", account=sample[0])
+                    export(
+                        engine, closed[-1], exports, "pdf", account=sample[0], tier_labels=catalog.tier_labels
+                    )
                 except UsageBillingError as exc:  # WeasyPrint without its system libraries
                     out.print(f"no PDF of the largest bill: {exc}")
                     sample = None
@@ -221,11 +223,11 @@ def run_demo(
             report, no_report = None, str(exc)
         step("done")
     summary.ingest_and_tokens(out, result, summary.tokens_by_model_month(engine))
-    summary.speed(out, summary.speed_by_model_tier(engine))
+    summary.speed(out, summary.speed_by_model_tier(engine), catalog)
     summary.quota(out, engine)
     summary.backup_tank(out, engine, settings)
     summary.why_charged(out, engine, settings)
-    summary.invoices(out, engine, months, catalog.currency)
+    summary.invoices(out, engine, months, catalog)
     for month in open_months:
         out.print(
             f"{month} is still open (the landing days of its grace for late data are not ingested): "

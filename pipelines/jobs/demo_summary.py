@@ -11,18 +11,20 @@ from decimal import Decimal
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, literal_column, select, text
 
 from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.settings import Settings
+from schemas.catalog import Catalog
+from schemas.tokens import allowance_sql
 from schemas.warehouse import BillableUsage, ModelDaily, PoolUsage, UsageDaily
 
 
 def tokens_by_model_month(engine: Engine) -> dict[str, dict[str, int]]:
-    """model -> month (YYYY-MM) -> input + output tokens, from usage_daily."""
+    """model -> month (YYYY-MM) -> the tokens allowances count, from usage_daily."""
     t = UsageDaily.__table__
-    stmt = select(t.c.model, t.c.day, func.sum(t.c.input_tokens + t.c.output_tokens)).group_by(
+    stmt = select(t.c.model, t.c.day, func.sum(literal_column(allowance_sql()))).group_by(
         t.c.model, t.c.day
     )
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -73,7 +75,7 @@ def speed_by_model_tier(engine: Engine) -> list[dict]:
     return out
 
 
-def invoices(out: Console, engine: Engine, months: list[str], currency: str) -> None:
+def invoices(out: Console, engine: Engine, months: list[str], catalog: Catalog) -> None:
     """Finalized revenue per month by speed tier (from the finance views) and the reconciliation."""
     with engine.connect() as conn:
         revenue = conn.execute(
@@ -106,33 +108,33 @@ def invoices(out: Console, engine: Engine, months: list[str], currency: str) -> 
     by = defaultdict(dict)
     for month, tier, amount in revenue:
         by[month][tier] = Decimal(str(amount))
+    currency = catalog.currency
     table = Table(
         title=f"Finalized invoices ({currency}): usage revenue by speed tier; gap: tokens not on a document",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,  # 76 columns: fits a terminal of 80
     )
+    fastest = catalog.tier_ids[-1]
     for col in (
         "month",
         "invoices",
         "plan fees",
-        "standard",
-        "priority",
-        "ultrafast",
-        "uf share",
+        *(catalog.tier_label(t) for t in catalog.tier_ids),
+        f"{catalog.tier_label(fastest)} %",
         "gap",
     ):
         table.add_column(col, justify="left" if col == "month" else "right", no_wrap=True)
     for month in months:
         tiers = by.get(month, {})
         usage = sum(tiers.values(), Decimal(0))
-        fast = tiers.get("ultrafast", Decimal(0))
+        fast = tiers.get(fastest, Decimal(0))
         off = sum(int(g.tokens) for g in gaps if g.month == month)
         table.add_row(
             month,
             f"{docs.get(month, 0):,}",
             f"{Decimal(str(fees.get(month) or 0)):,.0f}",
-            *(f"{tiers.get(t, Decimal(0)):,.0f}" for t in ("standard", "priority", "ultrafast")),
+            *(f"{tiers.get(t, Decimal(0)):,.0f}" for t in catalog.tier_ids),
             f"{fast / usage:.1%}" if usage else "-",
             f"{off:,}",
         )
@@ -224,7 +226,7 @@ def why_charged(out: Console, engine: Engine, settings: Settings) -> None:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def speed(out: Console, rows: list[dict]) -> None:
+def speed(out: Console, rows: list[dict], catalog: Catalog) -> None:
     table = Table(
         title="Output speed (tokens/s) by model and speed tier", box=box.SIMPLE_HEAD, pad_edge=False
     )
@@ -233,7 +235,7 @@ def speed(out: Console, rows: list[dict]) -> None:
     for r in rows:
         table.add_row(
             r["model"],
-            r["tier"],
+            catalog.tier_label(r["tier"]),
             f"{r['requests']:,}",
             *(f"{r[k]:,.0f}" if r[k] is not None else "-" for k in ("tps", "median", "p95")),
         )

@@ -25,12 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from billing.calendar import weekday
-from billing.pricing import tiers_sold
 from pipelines.jobs import generate_tasks
 from pipelines.jobs.generate_accounts import account_ids as _account_ids
 from pipelines.jobs.generate_accounts import account_rows as _account_rows
+from pipelines.jobs.generate_mix import tier_probs, tier_speed, token_fields
 from schemas.catalog import Catalog
-from schemas.events import EVENT_SCHEMA, SPEED_TIERS
+from schemas.events import EVENT_SCHEMA
 from schemas.limits import LATEST_DATE
 
 DAY_US = 86_400_000_000
@@ -49,7 +49,6 @@ TIMEZONES = (
 PLAN_MIX = {"free": 0.40, "plus": 0.30, "pro": 0.15, None: 0.15}
 ACTIVITY = {"free": 0.5, "plus": 1.4, "pro": 3.0, None: 1.0}
 ERROR_CODES = ("context_length_exceeded", "rate_limited", "server_error", "timeout")
-TIER_SPEED = {"standard": 1.0, "priority": 1.6, "ultrafast": 3.8}
 
 
 @dataclass(frozen=True)
@@ -108,27 +107,6 @@ def _model_weights(catalog: Catalog, days: np.ndarray, models: list[str]) -> np.
             weight = weight * _ramp(left / 112.0) ** 1.5
         w[:, j] = weight
     return w
-
-
-def _tier_probs(catalog: Catalog, days: list[dt.date], models: list[str]) -> np.ndarray:
-    """[day, model, tier] probabilities over the tiers sold that day; a new tier ramps up over 6 weeks."""
-    probs = np.zeros((len(days), len(models), len(SPEED_TIERS)))
-    base = {"standard": 0.72, "priority": 0.28, "ultrafast": 0.0}
-    for i, day in enumerate(days):
-        for j, mid in enumerate(models):
-            sold = tiers_sold(catalog, mid, day)
-            for k, tier in enumerate(SPEED_TIERS):
-                if tier not in sold:
-                    continue
-                if tier == "ultrafast":
-                    first = min(p.effective_from for p in catalog.prices if p.model == mid and p.tier == tier)
-                    probs[i, j, k] = 0.05 + 0.40 * min(1.0, (day - first).days / 42.0)
-                else:
-                    probs[i, j, k] = base[tier]
-            total = probs[i, j].sum()
-            if total > 0:
-                probs[i, j] /= total
-    return probs
 
 
 def _sample_categorical(rng: np.random.Generator, cum: np.ndarray) -> np.ndarray:
@@ -228,14 +206,14 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
         output_tok = np.concatenate([output_tok, s_out])
 
     n = len(acc)
-    tier_cum = np.cumsum(_tier_probs(catalog, day_list, catalog.model_ids), axis=2)
+    tier_cum = np.cumsum(tier_probs(catalog, day_list, catalog.model_ids), axis=2)
     tier = _sample_categorical(rng, tier_cum[day, model])
     cached = np.floor(input_tok * rng.beta(2.0, 2.5, n)).astype(np.int64)
     is_error = rng.random(n) < 0.015
     output_tok = np.where(is_error, 0, output_tok)
     speed = (
         np.array([_base_speed(m) for m in catalog.model_ids])[model]
-        * np.array([TIER_SPEED[t] for t in SPEED_TIERS])[tier]
+        * np.array([tier_speed(k) for k in range(len(catalog.tier_ids))])[tier]
     )
     duration = (output_tok / (speed * rng.lognormal(0, 0.15, n)) * 1000 + rng.integers(150, 900, n)).astype(
         np.int64
@@ -253,6 +231,7 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
     order = np.argsort(times, kind="stable")
     times, acc, model, tier = times[order], acc[order], model[order], tier[order]
     input_tok, cached, output_tok = input_tok[order], cached[order], output_tok[order]
+    counts = token_fields(np.random.default_rng([cfg.seed, 40]), input_tok, cached, output_tok)
     duration, has_duration, is_error = duration[order], has_duration[order], is_error[order]
     user_n, no_user, err_idx, event_day = user_n[order], no_user[order], err_idx[order], day[order]
     task = task[order]
@@ -271,10 +250,8 @@ def generate(catalog: Catalog, cfg: GeneratorConfig) -> Generated:
             "account_id": account_ids.take(pa.array(acc)),
             "user_id": user_ids,
             "model": pa.array(catalog.model_ids).take(pa.array(model)),
-            "speed_tier": pa.array(SPEED_TIERS).take(pa.array(tier)),
-            "input_tokens": pa.array(input_tok),
-            "cached_input_tokens": pa.array(cached),
-            "output_tokens": pa.array(output_tok),
+            "speed_tier": pa.array(catalog.tier_ids).take(pa.array(tier)),
+            **{field: pa.array(v) for field, v in counts.items()},
             "duration_ms": pa.array(duration, mask=~has_duration),
             "status": pa.array(["ok", "error"]).take(pa.array(is_error.astype(np.int8))),
             "error_code": pc.if_else(pa.array(is_error), error_code, pa.nulls(n, pa.string())),

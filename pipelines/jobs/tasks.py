@@ -175,7 +175,8 @@ def export_month(month: str) -> str:
     from pipelines.warehouse.engine import make_engine
 
     out = str(Path(exports_root()) / month)
-    export(make_engine(settings().database_url), month, out, "csv,parquet,html")
+    s = settings()
+    export(make_engine(s.database_url), month, out, "csv,parquet,html", tier_labels=s.catalog.tier_labels)
     return out
 
 

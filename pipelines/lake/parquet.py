@@ -25,6 +25,7 @@ from pipelines.lake.paths import (
     writing,
 )
 from pipelines.runtime import faults
+from schemas.events import LAKE_SCHEMA, TOKEN_FIELDS
 from schemas.lake import DICTIONARY_COLUMNS
 
 
@@ -143,14 +144,51 @@ def scan(paths: list[str], columns: list[str], where: pc.Expression, schema: pa.
     if not paths:
         return pa.schema([schema.field(c) for c in columns]).empty_table()
     if all(is_local(p) for p in paths):
-        return ds.dataset(paths, format="parquet").to_table(columns=columns, filter=where)
+        dataset = ds.dataset(paths, format="parquet")
+        if not set(columns) <= set(dataset.schema.names):  # a column some older files lack
+            dataset = ds.dataset(paths, format="parquet", schema=_widened(dataset.schema, columns, schema))
+        return with_zero_tokens(dataset.to_table(columns=columns, filter=where))
     parquet = ds.ParquetFileFormat()
     tables = []
     for path in paths:
         with open_object(path) as handle:
             fragment = parquet.make_fragment(pa.PythonFile(handle, mode="r"))
-            tables.append(fragment.to_table(columns=columns, filter=where))
-    return pa.concat_tables(tables)
+            known = fragment.physical_schema.names
+            have = [c for c in columns if c in known]
+            table = fragment.to_table(columns=have, filter=where)
+            if len(have) < len(columns):  # older than a column: the rest as absent
+                table = fill_missing(table, columns, schema)
+            tables.append(table)
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _widened(found: pa.Schema, columns: list[str], schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [*found, *(schema.field(c) for c in columns if c not in found.names and c in schema.names)]
+    )
+
+
+def with_zero_tokens(table: pa.Table) -> pa.Table:
+    """A token field read as null (its file was written before that token kind existed) counts 0."""
+    for i, name in enumerate(table.column_names):
+        if name in TOKEN_FIELDS and table.column(i).null_count:
+            table = table.set_column(i, name, pc.fill_null(table.column(i), 0))
+    return table
+
+
+def fill_missing(table: pa.Table, columns: list[str], schema: pa.Schema = LAKE_SCHEMA) -> pa.Table:
+    """``table`` with the ``columns`` it lacks added (a lake file written before they existed): a
+    token field as zeros, anything else as nulls; in ``columns`` order."""
+    n = table.num_rows
+    cols = []
+    for c in columns:
+        if c in table.column_names:
+            cols.append(table[c])
+        elif c in TOKEN_FIELDS:
+            cols.append(pa.repeat(pa.scalar(0, pa.int64()), n))
+        else:
+            cols.append(pa.nulls(n, schema.field(c).type))
+    return pa.Table.from_arrays(cols, names=columns)
 
 
 def row_groups(paths: Iterable[str]) -> list[tuple[str, int]]:
@@ -198,5 +236,10 @@ def read_unit(
     for path, group in unit:
         if path not in files:
             files[path] = open_parquet(path, read_dictionary=read_dictionary)
-        parts.append(files[path].read_row_group(group, columns=columns))
+        known = files[path].schema_arrow.names
+        if columns is None or all(c in known for c in columns):
+            parts.append(files[path].read_row_group(group, columns=columns))
+        else:  # a file written before a column existed (a token kind added later reads 0)
+            have = [c for c in columns if c in known]
+            parts.append(fill_missing(files[path].read_row_group(group, columns=have), columns))
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]

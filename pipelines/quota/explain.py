@@ -27,8 +27,9 @@ from pipelines.ingest.dedup import shard_of, stable_hash
 from pipelines.ingest.units import index_file, shard_file
 from pipelines.quota.remeter import out_of_date
 from pipelines.quota.show import as_utc, period_balance
-from schemas.catalog import TOKEN_KINDS, Catalog
+from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA
+from schemas.tokens import ids as kind_ids
 from schemas.warehouse import MeteredDay
 
 
@@ -67,7 +68,7 @@ class Charge:
         if self.rate_from is None:
             return None
         return sum(
-            (Decimal(self.overage[k]) * self.per_million[k] / Decimal(10**6) for k in TOKEN_KINDS),
+            (Decimal(self.overage[k]) * self.per_million[k] / Decimal(10**6) for k in kind_ids()),
             Decimal(0),
         )
 
@@ -154,7 +155,7 @@ def explain_event(
     with engine.connect() as conn:
         later = out_of_date(conn, catalog, local_day, local_day)
     covered = {p: int(t) for p, t in zip(draws["pool"].to_pylist(), draws["tokens"].to_pylist(), strict=True)}
-    matrix = np.array([[kinds[k] for k in TOKEN_KINDS]], np.int64)
+    matrix = np.array([[kinds[k] for k in kind_ids()]], np.int64)
     included = split_pro_rata(np.array([sum(covered.values())], np.int64), matrix)[0]
     charge = Charge(
         event=row,
@@ -165,15 +166,15 @@ def explain_event(
         stale=stale or bool(later),
         out_of_date=later[0].why if later else "",
         tokens=kinds,
-        included=dict(zip(TOKEN_KINDS, included.tolist(), strict=True)),
-        overage={k: kinds[k] - int(v) for k, v in zip(TOKEN_KINDS, included, strict=True)},
+        included=dict(zip(kind_ids(), included.tolist(), strict=True)),
+        overage={k: kinds[k] - int(v) for k, v in zip(kind_ids(), included, strict=True)},
     )
     if plan_id is not None:
         charge.pools = _pool_lines(engine, catalog, row, covered)
     price = price_in_force(catalog, row["model"], row["speed_tier"], row["event_time"].date())
     if price is not None:
         charge.rate_from = price.effective_from
-        charge.per_million = {k: price.per_million(k) for k in TOKEN_KINDS}
+        charge.per_million = {k: price.per_million(k) for k in kind_ids()}
         charge.currency = catalog.currency
     return charge
 
@@ -248,7 +249,7 @@ def as_dict(charge: Charge) -> dict:
 
 
 def _kinds(values: dict[str, int]) -> str:
-    return " · ".join(f"{k} {values[k]:,}" for k in TOKEN_KINDS)
+    return " · ".join(f"{k} {values[k]:,}" for k in kind_ids())
 
 
 def render(charge: Charge) -> list[str]:
@@ -295,7 +296,7 @@ def render(charge: Charge) -> list[str]:
     if charge.rate_from is None:
         lines.append(f"  overage {overage:,}: {_kinds(charge.overage)}; no price in the catalog for this day")
     else:
-        prices = " · ".join(f"{k} {charge.per_million[k]}" for k in TOKEN_KINDS)
+        prices = " · ".join(f"{k} {charge.per_million[k]}" for k in kind_ids())
         lines.append(
             f"  overage {overage:,}: {_kinds(charge.overage)} at the rate card from {charge.rate_from} "
             f"(per 1M tokens: {prices}) = {charge.currency} {charge.amount:.6f}, before the invoice "

@@ -79,6 +79,7 @@ from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import Fence, database_lock, lock_wait, step_lock
 from pipelines.warehouse.recompute import mark_metered
 from pipelines.warehouse.unknown import unknown_note
+from schemas import tokens
 from schemas.catalog import Catalog, load_catalog
 from schemas.events import LAKE_SCHEMA
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
@@ -89,9 +90,7 @@ COLUMNS = [
     "account_id",
     "model",
     "speed_tier",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
+    *tokens.fields(),
 ]
 log = logging.getLogger(__name__)
 FEW_VALUES = ["account_id", "model", "speed_tier"]  # read as dictionary arrays (see ReadAndSpill)

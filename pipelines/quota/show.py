@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, and_, select
 from billing.calendar import period_end, period_start
 from pipelines.errors import UsageBillingError
 from pipelines.warehouse.engine import as_utc
+from schemas import tokens
 from schemas.catalog import Catalog, Pool
 from schemas.events import LAKE_SCHEMA
 from schemas.limits import date_problem
@@ -131,7 +132,7 @@ def backup_tank(
         )
     events = lake.scan(
         lake.dataset_files(lake_root, lake.EVENTS),
-        ["event_time", "account_id", "model", "input_tokens", "output_tokens"],
+        ["event_time", "account_id", "model", *tokens.fields()],
         condition,
         LAKE_SCHEMA,
     )

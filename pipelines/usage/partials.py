@@ -18,15 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas import tokens
 from schemas.events import utc_date
 
 USAGE_KEYS = ("day", "account_id", "model", "speed_tier")
 USAGE_SUMS = (
     "requests",
     "errors",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
+    *tokens.fields(),
     "output_ms",
     "timed_output_tokens",
 )
@@ -39,9 +38,7 @@ LAKE_COLUMNS = [
     "speed_tier",
     "status",
     "error_code",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
+    *tokens.fields(),
     "duration_ms",
 ]
 
@@ -78,10 +75,10 @@ def resum(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
 
 def speed_bin(output_tokens: pa.Array, duration_ms: pa.Array) -> pa.Array:
     """Histogram bin of output tokens per second (null where there is no duration or no output)."""
-    tokens = output_tokens.to_numpy(zero_copy_only=False).astype(np.float64)
+    out = output_tokens.to_numpy(zero_copy_only=False).astype(np.float64)
     ms = pc.fill_null(duration_ms, 0).to_numpy(zero_copy_only=False).astype(np.float64)
-    ok = (ms > 0) & (tokens > 0)
-    tps = np.where(ok, tokens / np.where(ok, ms, 1.0) * 1000.0, SPEED_MIN)
+    ok = (ms > 0) & (out > 0)
+    tps = np.where(ok, out / np.where(ok, ms, 1.0) * 1000.0, SPEED_MIN)
     bins = np.clip(
         np.floor(np.log(np.clip(tps, SPEED_MIN, SPEED_MAX) / SPEED_MIN) / _LOG_STEP), 0, SPEED_BINS - 1
     )
@@ -144,11 +141,9 @@ def partial_usage(events: pa.Table) -> DayPartials:
             "speed_tier": events["speed_tier"],
             "requests": pc.cast(pc.is_valid(events["account_id"]), pa.int64()),
             "errors": pc.cast(is_error, pa.int64()),
-            "input_tokens": events["input_tokens"],
-            "cached_input_tokens": events["cached_input_tokens"],
-            "output_tokens": events["output_tokens"],
+            **{f: events[f] for f in tokens.fields()},
             "output_ms": pc.if_else(timed, events["duration_ms"], 0),
-            "timed_output_tokens": pc.if_else(timed, events["output_tokens"], 0),
+            "timed_output_tokens": pc.if_else(timed, events[tokens.timed_field()], 0),
         }
     )
     failed = pa.table(
@@ -161,7 +156,7 @@ def partial_usage(events: pa.Table) -> DayPartials:
             "errors": pa.array(np.ones(events.num_rows, np.int64)),
         }
     ).filter(is_error)
-    bins = speed_bin(events["output_tokens"], events["duration_ms"])
+    bins = speed_bin(events[tokens.timed_field()], events["duration_ms"])
     speed = pa.table(
         {
             "day": day,
@@ -211,9 +206,7 @@ def model_daily(usage: pa.Table, speed: pa.Table) -> pa.Table:
             ("account_id", "count_distinct"),
             ("requests", "sum"),
             ("errors", "sum"),
-            ("input_tokens", "sum"),
-            ("cached_input_tokens", "sum"),
-            ("output_tokens", "sum"),
+            *tokens.sums(),
         ]
     )
     g = g.rename_columns(

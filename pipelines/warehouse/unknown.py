@@ -17,11 +17,12 @@ from decimal import Decimal
 from sqlalchemy import Connection, Engine, func, insert, select
 
 from pipelines.errors import UsageBillingError
+from schemas.lines import usage_ids
 from schemas.warehouse import Account, BillableUsage, Invoice, InvoiceLine, UnknownAccountAcceptance
 
 SHOWN = 5  # accounts a message names before "and N more"
 MAX_REASON = 1000  # unknown_account_acceptances.reason is VARCHAR(1000)
-USAGE_LINES = ("included_usage", "overage_usage")
+USAGE_LINES = usage_ids()
 
 
 @dataclass(frozen=True)

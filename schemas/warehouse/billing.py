@@ -66,7 +66,7 @@ class BillableUsage(Base):
 
     account_id: Mapped[str]
     model: Mapped[str] = mapped_column(String(100))
-    speed_tier: Mapped[str] = mapped_column(String(16))
+    speed_tier: Mapped[str] = mapped_column(String(32))
     local_day: Mapped[dt.date] = mapped_column(comment="account-local date")
     token_kind: Mapped[str] = mapped_column(String(16), comment="input | cached_input | output")
     rate_day: Mapped[dt.date] = mapped_column(
@@ -190,7 +190,7 @@ class InvoiceLine(Base):
         String(16), comment="adjustment lines: the line type whose difference they carry"
     )
     model: Mapped[str | None] = mapped_column(String(100))
-    speed_tier: Mapped[str | None] = mapped_column(String(16))
+    speed_tier: Mapped[str | None] = mapped_column(String(32))
     token_kind: Mapped[str | None] = mapped_column(String(16))
     description: Mapped[str] = mapped_column(String(400))
     quantity: Mapped[int] = mapped_column(comment="tokens; active days for plan_fee")

@@ -24,7 +24,7 @@ class TaskEffectiveness(Base):
         primary_key=True, comment="Monday of the ISO week (UTC) of completed_at"
     )
     model: Mapped[str] = mapped_column(String(100), primary_key=True, comment="the attributed model")
-    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(32), primary_key=True)
     task_class: Mapped[str] = mapped_column(String(64), primary_key=True, comment="* = every class")
     tasks: Mapped[int]
     one_pass: Mapped[int] = mapped_column(comment="accepted without rework")

@@ -7,12 +7,22 @@ from __future__ import annotations
 import datetime as dt
 
 from sqlalchemy import (
+    BigInteger,
     Float,
     String,
 )
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, MappedColumn, mapped_column
 
+from schemas import tokens
 from schemas.warehouse.base import CLUSTERED, Base
+
+
+def token_columns() -> dict[str, MappedColumn]:
+    """A BIGINT column per event token field of the registry (``schemas.tokens``): a kind added there
+    gets its columns from the migration that comes with it (``migrations/sql/token_columns.py``)."""
+    return {
+        k.field: mapped_column(BigInteger, nullable=False, comment=tokens.field_rule(k)) for k in tokens.KINDS
+    }
 
 
 class UsageDaily(Base):
@@ -24,12 +34,11 @@ class UsageDaily(Base):
     day: Mapped[dt.date] = mapped_column(primary_key=True, comment="UTC event date")
     account_id: Mapped[str] = mapped_column(primary_key=True)
     model: Mapped[str] = mapped_column(String(100), primary_key=True)
-    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(32), primary_key=True)
     requests: Mapped[int]
     errors: Mapped[int] = mapped_column(comment="requests with status error")
-    input_tokens: Mapped[int] = mapped_column(comment="all input tokens, cached included")
-    cached_input_tokens: Mapped[int]
-    output_tokens: Mapped[int]
+    # one column per event token field (schemas.tokens), e.g. input_tokens, cached_input_tokens
+    locals().update(token_columns())
     output_ms: Mapped[int] = mapped_column(comment="summed duration_ms of requests that reported one")
     timed_output_tokens: Mapped[int] = mapped_column(
         comment="output tokens of requests with a duration: "
@@ -46,7 +55,7 @@ class UsageDailyError(Base):
     day: Mapped[dt.date] = mapped_column(primary_key=True)
     account_id: Mapped[str] = mapped_column(primary_key=True)
     model: Mapped[str] = mapped_column(String(100), primary_key=True)
-    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(32), primary_key=True)
     error_code: Mapped[str] = mapped_column(primary_key=True, comment="'unknown' when the event gave none")
     errors: Mapped[int]
 
@@ -58,13 +67,11 @@ class ModelDaily(Base):
 
     day: Mapped[dt.date] = mapped_column(primary_key=True)
     model: Mapped[str] = mapped_column(String(100), primary_key=True)
-    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    speed_tier: Mapped[str] = mapped_column(String(32), primary_key=True)
     active_accounts: Mapped[int]
     requests: Mapped[int]
     errors: Mapped[int]
-    input_tokens: Mapped[int]
-    cached_input_tokens: Mapped[int]
-    output_tokens: Mapped[int]
+    locals().update(token_columns())
     median_output_tps: Mapped[float | None] = mapped_column(
         Float, comment="output tokens/s, from a log histogram (bins 1.6% wide)"
     )
@@ -78,7 +85,7 @@ class ModelWeekly(Base):
 
     week_start: Mapped[dt.date] = mapped_column(primary_key=True, comment="Monday of the ISO week")
     model: Mapped[str] = mapped_column(String(100), primary_key=True)
-    speed_tier: Mapped[str] = mapped_column(String(16), primary_key=True, comment="'*' = all tiers")
+    speed_tier: Mapped[str] = mapped_column(String(32), primary_key=True, comment="'*' = all tiers")
     active_accounts: Mapped[int] = mapped_column(comment="exact distinct accounts with a request")
     requests: Mapped[int]
     tokens: Mapped[int] = mapped_column(comment="input + output tokens")
