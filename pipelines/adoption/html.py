@@ -66,13 +66,18 @@ def _hours(h: float) -> str:
     return f"{h:,.1f} h" if h >= 1 else f"{h * 60:,.0f} min"
 
 
+def tier_name(c: dict, tier: str) -> str:
+    """A tier as pages print it: the catalog's label carried in the facts (its id without one)."""
+    return (c.get("tier_labels") or {}).get(tier, tier)
+
+
 def preview_lines(c: dict) -> list[str]:
     """One sentence per successor tier: what moving the preview month's use there does to the bills."""
     p, cur = c["preview"], c["currency"]
     if p.get("error"):
         return [f"no preview for {p['month']}: {p['error']}"]
     return [
-        f"on {p['successor']} {tier}: {s['accounts_paying_more']:,} of {s['accounts']:,} affected accounts pay "
+        f"on {p['successor']} {tier_name(c, tier)}: {s['accounts_paying_more']:,} of {s['accounts']:,} affected accounts pay "
         f"more, median change {money(cur, s['median_delta'], True)}, total change {money(cur, s['delta'], True)}"
         for tier, s in p["tiers"].items()
     ]
@@ -157,7 +162,7 @@ def decision_summary(m: dict) -> list[tuple[str, str]]:
     moving = "; ".join(preview_lines(c))
     unpriced = p.get("unpriced_tiers") or []
     if unpriced:
-        moving += "; not previewed: " + ", ".join(f"{u['tier']} ({u['why']})" for u in unpriced)
+        moving += "; not previewed: " + ", ".join(f"{tier_name(c, u['tier'])} ({u['why']})" for u in unpriced)
     rows.append((f"moving to {p['successor']} ({p['month']})", moving))
     backup = c.get("backup_tank")
     if backup:
@@ -188,7 +193,7 @@ def decision_summary(m: dict) -> list[tuple[str, str]]:
 def _contacts(c: dict, tiers: list[str]) -> str:
     info = c["contacts"]
     cur = c["currency"]
-    head = "".join(f"<th>change on {e(t)}</th>" for t in tiers)
+    head = "".join(f"<th>change on {e(tier_name(c, t))}</th>" for t in tiers)
     body = "".join(
         f"<tr><td>{e(r['account_id'])}</td><td class=n>{'yes' if r['heavy_last_week'] else ''}</td>"
         f"<td class=n>{r['heavy_weeks']}</td><td class=n>{r['active_days']}</td><td class=n>{r['tokens']:,}</td>"
@@ -256,7 +261,7 @@ def _effectiveness(eff: dict | None, model: str) -> str:
     rows = []
     for c in eff["classes"]:
         for i, g in enumerate(c["rows"]):
-            name = g["model"] + ("" if g["speed_tier"] == "*" else f" {g['speed_tier']}")
+            name = g["model"] + ("" if g["speed_tier"] == "*" else f" {g.get('tier_label', g['speed_tier'])}")
             rows.append(
                 f"<tr><td>{e(c['task_class']) if i == 0 else ''}</td><td>{e(name)}</td><td class=n>{g['tasks']:,}</td>"
                 f"<td class=n>{g['one_pass_rate']:.0%} ({g['one_pass_low']:.0%}-{g['one_pass_high']:.0%})</td>"

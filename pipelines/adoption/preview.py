@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import numpy as np
@@ -219,6 +219,10 @@ class PreviewResult:
     rows: list[dict]  # one per (tier, affected account), CSV_COLUMNS
     tiers: dict[str, dict]
     model_revenue: dict[str, Decimal]  # per affected account: the model's amounts on its invoice now
+    tier_labels: dict[str, str] = field(default_factory=dict)  # what pages print per tier (the catalog)
+
+    def tier_label(self, tier: str) -> str:
+        return self.tier_labels.get(tier, tier)
 
     @property
     def revenue_at_stake(self) -> Decimal:
@@ -326,7 +330,7 @@ def compute(
         summary[t] = _summary(tier_rows)
         rows += tier_rows
     revenue = {a: v for a, v in now["model_revenue"].items()}
-    return PreviewResult(request, catalog.currency, rows, summary, revenue)
+    return PreviewResult(request, catalog.currency, rows, summary, revenue, catalog.tier_labels)
 
 
 def _per_account(t: pa.Table) -> dict:

@@ -52,7 +52,7 @@ def line(result: PreviewResult) -> str:
     """One line per tier: what moving the month's use to the successor does to the bills."""
     r, cur = result.request, result.currency
     parts = [
-        f"{t}: {s['accounts_paying_more']:,} of {s['accounts']:,} accounts pay more, "
+        f"{result.tier_label(t)}: {s['accounts_paying_more']:,} of {s['accounts']:,} accounts pay more, "
         f"median {cur} {s['median_delta']:+,.2f}, total {cur} {s['delta']:+,.2f}"
         for t, s in result.tiers.items()
     ]
@@ -75,7 +75,8 @@ def markdown(result: PreviewResult) -> str:
     ]
     for t, s in result.tiers.items():
         lines.append(
-            f"| {t} | {s['accounts']:,} | {s['accounts_paying_more']:,} | {cur} {s['current_total']:,.2f} | "
+            f"| {result.tier_label(t)} | {s['accounts']:,} | {s['accounts_paying_more']:,} | "
+            f"{cur} {s['current_total']:,.2f} | "
             f"{cur} {s['projected_total']:,.2f} | {cur} {s['delta']:+,.2f} | "
             f"{cur} {s['median_delta']:+,.2f} |"
         )

@@ -239,6 +239,7 @@ def _facts(engine, catalog, weekly, went, window, report: ModelReport, as_of, la
     report.preview = _preview(engine, catalog, lake_root, model, facts["successor"], as_of)
     facts["preview"] = _preview_facts(report.preview, model, facts["successor"], as_of)
     facts["preview"]["unpriced_tiers"] = unpriced_tiers(catalog, facts["successor"], facts["preview"])
+    facts["tier_labels"] = catalog.tier_labels
     first = _point(weekly, model, window[0])
     facts["tokens"] = {
         "first_week": first,

@@ -44,7 +44,7 @@ def markdown(report: dict) -> str:
     ]
     for g in _tier_rows(view):
         lines.append(
-            f"| {g['model']} | {g['speed_tier']} | {g['tasks']:,} | {g['one_pass_rate']:.1%} "
+            f"| {g['model']} | {g.get('tier_label', g['speed_tier'])} | {g['tasks']:,} | {g['one_pass_rate']:.1%} "
             f"({g['one_pass_low']:.1%}-{g['one_pass_high']:.1%}) | {g['rework_share']:.1%} | {g['abandon_share']:.1%} | "
             f"{_duration(g['e2e_ms_mean'])} | {_duration(g['model_ms_mean'])} | {_duration(g['rework_ms_mean'])} | "
             f"{_money(g['cost_per_accepted_task'], cur)} | {_money(g['cost_without_rework'], cur)} |"
@@ -82,7 +82,7 @@ text-align:right;white-space:nowrap}th{background:#f3f3f3}td.l,th.l{text-align:l
 
 
 def _label(g: dict) -> str:
-    return f"{g['model']} {g['speed_tier']}"
+    return f"{g['model']} {g.get('tier_label', g['speed_tier'])}"
 
 
 def rate_chart(rows: list[dict], width: int = 900) -> str:
@@ -199,7 +199,9 @@ def _h2h_table(item: dict, currency: str) -> str:
     )
     body = []
     for g in [item["model_row"], *item["successor_rows"]]:
-        name = g["model"] + ("" if g["speed_tier"] == ALL_TIERS else f" {g['speed_tier']}")
+        name = g["model"] + (
+            "" if g["speed_tier"] == ALL_TIERS else f" {g.get('tier_label', g['speed_tier'])}"
+        )
         body.append(
             f"<tr><td class='l'>{e(name)}</td><td>{g['tasks']:,}</td><td>{g['one_pass_rate']:.1%} "
             f"({g['one_pass_low']:.0%}-{g['one_pass_high']:.0%})</td><td>{g['rework_share']:.1%}</td>"

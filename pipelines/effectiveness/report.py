@@ -158,7 +158,12 @@ def versus(lake_root: str, catalog: Catalog, model: str, successor: str, weeks: 
         return []
     keep = pc.is_in(tasks["model"], value_set=pa.array([model, successor]))
     groups = _with_intervals(range_groups(tasks.filter(keep), catalog.effectiveness.per_hour, weeks[0]))
-    return head_to_head(catalog, groups, [(model, successor)])
+    return head_to_head(catalog, labelled(groups, catalog), [(model, successor)])
+
+
+def labelled(groups: list[dict], catalog: Catalog) -> list[dict]:
+    """Each group with ``tier_label``: what pages print for its tier (the catalog's label; ``*`` as is)."""
+    return [{**g, "tier_label": catalog.tier_label(g["speed_tier"])} for g in groups]
 
 
 def against_successor(
@@ -228,9 +233,8 @@ def build(engine: Engine, lake_root: str, catalog: Catalog, first: dt.date, last
         "orphan_outcomes": sum(int(done[w]["orphan_outcomes"]) for w in weeks if w in done),
         "open_tasks": open_tasks(lake_root, weeks, held_partitions(engine)),
     }
-    overall = _with_intervals(
-        range_groups(range_tasks(lake_root, weeks), catalog.effectiveness.per_hour, weeks[0])
-    )
+    groups = range_groups(range_tasks(lake_root, weeks), catalog.effectiveness.per_hour, weeks[0])
+    overall = labelled(_with_intervals(groups), catalog)
     view = {
         "weeks": weeks,
         "currency": catalog.currency,

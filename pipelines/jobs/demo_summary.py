@@ -24,9 +24,7 @@ from schemas.warehouse import BillableUsage, ModelDaily, PoolUsage, UsageDaily
 def tokens_by_model_month(engine: Engine) -> dict[str, dict[str, int]]:
     """model -> month (YYYY-MM) -> the tokens allowances count, from usage_daily."""
     t = UsageDaily.__table__
-    stmt = select(t.c.model, t.c.day, func.sum(literal_column(allowance_sql()))).group_by(
-        t.c.model, t.c.day
-    )
+    stmt = select(t.c.model, t.c.day, func.sum(literal_column(allowance_sql()))).group_by(t.c.model, t.c.day)
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     with engine.connect() as conn:
         for model, day, tokens in conn.execute(stmt):

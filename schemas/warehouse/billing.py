@@ -18,6 +18,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.sql.expression import false
 
+from schemas import lines, tokens
 from schemas.warehouse.base import CLUSTERED, Base
 
 
@@ -68,7 +69,7 @@ class BillableUsage(Base):
     model: Mapped[str] = mapped_column(String(100))
     speed_tier: Mapped[str] = mapped_column(String(32))
     local_day: Mapped[dt.date] = mapped_column(comment="account-local date")
-    token_kind: Mapped[str] = mapped_column(String(16), comment="input | cached_input | output")
+    token_kind: Mapped[str] = mapped_column(String(16), comment=" | ".join(tokens.ids()))
     rate_day: Mapped[dt.date] = mapped_column(
         comment="UTC date of the row's first event: the day its price is looked up on",
     )
@@ -183,9 +184,7 @@ class InvoiceLine(Base):
         String(36), ForeignKey("invoices.invoice_id", ondelete="RESTRICT"), primary_key=True
     )
     line_no: Mapped[int] = mapped_column(Integer, primary_key=True)
-    line_type: Mapped[str] = mapped_column(
-        String(16), comment="plan_fee | included_usage | overage_usage | adjustment"
-    )
+    line_type: Mapped[str] = mapped_column(String(16), comment=" | ".join(t.id for t in lines.LINES))
     adjusted_type: Mapped[str | None] = mapped_column(
         String(16), comment="adjustment lines: the line type whose difference they carry"
     )
@@ -193,9 +192,9 @@ class InvoiceLine(Base):
     speed_tier: Mapped[str | None] = mapped_column(String(32))
     token_kind: Mapped[str | None] = mapped_column(String(16))
     description: Mapped[str] = mapped_column(String(400))
-    quantity: Mapped[int] = mapped_column(comment="tokens; active days for plan_fee")
+    quantity: Mapped[int] = mapped_column(comment=f"tokens; active days for {lines.PLAN_FEE.id}")
     unit_price: Mapped[Decimal] = mapped_column(
-        Numeric(20, 6), comment="per 1M tokens; the monthly fee for plan_fee"
+        Numeric(20, 6), comment=f"per 1M tokens; the monthly fee for {lines.PLAN_FEE.id}"
     )
     amount: Mapped[Decimal] = mapped_column(Numeric(20, 2))
 
@@ -247,7 +246,7 @@ class BilledCatalogRow(Base):
     __tablename__ = "billed_catalog_rows"
 
     row_key: Mapped[str] = mapped_column(String(300), primary_key=True, comment="kind:subject:tier:since")
-    row_kind: Mapped[str] = mapped_column(String(8), comment="price | plan_fee")
+    row_kind: Mapped[str] = mapped_column(String(8), comment=f"price | {lines.PLAN_FEE.id}")
     subject: Mapped[str] = mapped_column(String(100), comment="the model of a price, the plan of a fee")
     tier: Mapped[str] = mapped_column(String(32), comment="the speed tier of a price; empty for a fee")
     effective_from: Mapped[dt.date | None] = mapped_column(comment="null: the plan's monthly_fee")
