@@ -188,9 +188,25 @@ def usage_lines(billable: pa.Table, catalog: Catalog) -> pa.Table:
 
 def build_lines(billable: pa.Table, plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
     """Every line of every account's invoice for the month, ordered, numbered per account."""
-    return number_lines(
-        pa.concat_tables([plan_fee_lines(plans, catalog, month), usage_lines(billable, catalog)])
-    )
+    lines = pa.concat_tables([plan_fee_lines(plans, catalog, month), usage_lines(billable, catalog)])
+    check_signs(lines)
+    return number_lines(lines)
+
+
+def check_signs(lines: pa.Table) -> None:
+    """Each line's amount has its type's sign (``schemas.lines``: charges >= 0, credits <= 0); a line
+    that breaks it is a bug in the code that made it, never something to bill."""
+    zero = pa.scalar(Decimal(0), AMOUNT)
+    for t in line_types.LINES:
+        if not t.sign:
+            continue
+        wrong = pc.less(lines["amount"], zero) if t.sign > 0 else pc.greater(lines["amount"], zero)
+        bad = pc.and_(pc.equal(lines["line_type"], t.id), wrong)
+        if pc.any(bad).as_py():
+            row = lines.filter(bad).slice(0, 1).to_pylist()[0]
+            raise ValueError(
+                f"a {t.id} line of {row['account_id']} has amount {row['amount']}: against its sign"
+            )
 
 
 def number_lines(lines: pa.Table) -> pa.Table:

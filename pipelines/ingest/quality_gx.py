@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from pipelines import lake
 from schemas.catalog import Catalog
-from schemas.events import REQUIRED_FIELDS
+from schemas.events import REQUIRED_FIELDS, TOKEN_FIELDS
 from schemas.limits import MAX_TOKENS_LIMIT
 from schemas.quality import (
     DURATION_SHARE,
@@ -41,7 +41,7 @@ from schemas.quality import (
 DEFAULT_VOLUME_FACTOR = 3.0
 MIN_HISTORY = 2  # same-weekday partitions needed before volume is judged
 BATCH_ROWS = 1_000_000  # rows of partitions validated in one GX run
-ROW_COLUMNS = ("event_id", *REQUIRED_FIELDS)  # what the row checks read
+ROW_COLUMNS = tuple(dict.fromkeys(("event_id", *REQUIRED_FIELDS, *TOKEN_FIELDS)))  # what the row checks read
 PROFILE_SOURCE_COLUMNS = ("duration_ms", "status")  # what a profile is computed from
 OUTCOME_ROW_COLUMNS = (
     "account_id",

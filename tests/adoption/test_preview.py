@@ -95,7 +95,7 @@ def test_current_totals_are_the_drafts_and_the_preview_writes_nothing(metered, c
         ],
     )
     assert result.exit_code == 0, result.output
-    assert f"{FAST} -> {SUCCESSOR} in {MONTH}: standard:" in result.output
+    assert f"{FAST} -> {SUCCESSOR} in {MONTH}: Standard:" in result.output  # the catalog's label
     assert _fingerprint(metered) == before  # neither the warehouse file nor a lake file changed
     with open(tmp_path / "p" / "preview.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -111,7 +111,7 @@ def test_current_totals_are_the_drafts_and_the_preview_writes_nothing(metered, c
         "accounts_paying_more",
         "median_delta",
     }
-    assert "| standard |" in (tmp_path / "p" / "preview.md").read_text()
+    assert "| Standard |" in (tmp_path / "p" / "preview.md").read_text()
     drafts = _draft_totals(_copy(metered, tmp_path / "copy"), catalog)
     standard = [r for r in rows if r["tier"] == "standard"]
     assert len(standard) > 10

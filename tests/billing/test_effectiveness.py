@@ -116,6 +116,29 @@ def test_attribution_takes_most_output_then_the_lower_model_then_the_slower_tier
     }
 
 
+def test_the_slower_tier_is_the_catalogs_order_not_a_list_in_code(catalog):
+    """Reversed tiers in the catalog reverse the tie-break: "slower" is the catalog's order. A tier the
+    catalog adds (``flex``, listed first) wins a tie against every other."""
+    from schemas.catalog import Tier
+
+    prices = [*catalog.prices, catalog.prices[0].model_copy(update={"model": "gpt-5.6-sol", "tier": "flex"})]
+    tiers = [Tier(id="flex", label="Flex"), *reversed(catalog.tiers)]
+    edited = catalog.model_copy(update={"tiers": tiers, "prices": prices})
+    requests = [
+        req("t1", "gpt-5.6-sol", "ultrafast", 100),
+        req("t1", "gpt-5.6-sol", "priority", 100),
+        req("t2", "gpt-5.6-sol", "standard", 100),
+        req("t2", "gpt-5.6-sol", "flex", 100),
+    ]
+    outcomes = [outcome("t1"), outcome("t2")]
+    got = {r["task_id"]: r["speed_tier"] for r in compute(outcomes, requests, edited)[0].to_pylist()}
+    assert got == {"t1": "ultrafast", "t2": "flex"}
+    default = {
+        r["task_id"]: r["speed_tier"] for r in compute(outcomes[:1], requests[:2], catalog)[0].to_pylist()
+    }
+    assert default == {"t1": "priority"}
+
+
 def test_requests_outside_the_task_dates_or_of_another_account_are_not_joined(catalog):
     start = DAY - dt.timedelta(minutes=5)
     requests = [

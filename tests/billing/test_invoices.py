@@ -430,3 +430,24 @@ def test_a_second_adjustment_reverses_only_what_is_still_billed(first, second, t
     assert _multiset(adjustment2.drop_columns(["line_no"])) == _multiset(
         difference(truth3, truth2).drop_columns(["line_no"])
     )
+
+
+def test_a_line_against_its_types_sign_is_never_billed():
+    """The line-type registry's sign: a charge (plan fee, usage) never has a negative amount."""
+    from billing.invoices import LINE_SCHEMA, check_signs
+
+    def line(line_type: str, amount: str) -> dict:
+        return dict.fromkeys(LINE_SCHEMA.names) | {
+            "account_id": "a",
+            "line_type": line_type,
+            "description": "x",
+            "quantity": 1,
+            "unit_price": Decimal("1"),
+            "amount": Decimal(amount),
+        }
+
+    fine = pa.Table.from_pylist([line("plan_fee", "1.00"), line("overage_usage", "0.00")], schema=LINE_SCHEMA)
+    check_signs(fine)
+    wrong = pa.Table.from_pylist([line("plan_fee", "1.00"), line("plan_fee", "-0.01")], schema=LINE_SCHEMA)
+    with pytest.raises(ValueError, match="a plan_fee line of a has amount -0.01"):
+        check_signs(wrong)

@@ -153,19 +153,19 @@ def _fits_a_terminal_of_80_columns(folder: Path) -> None:
     screen = io.StringIO()
     console = Console(file=screen, width=80, force_terminal=True, markup=False, highlight=False)
     months = [f"2026-{m:02d}" for m in range(2, 10)]
-    demo_summary.invoices(console, engine, months, "USD")
-    demo_summary.speed(console, demo_summary.speed_by_model_tier(engine))
-    demo_summary.backup_tank(console, engine, settings)
     from pipelines.effectiveness import report
     from pipelines.jobs.demo import FAST_MODEL
     from schemas.catalog import load_catalog
 
     catalog = load_catalog(settings.config)
+    demo_summary.invoices(console, engine, months, catalog)
+    demo_summary.speed(console, demo_summary.speed_by_model_tier(engine), catalog)
+    demo_summary.backup_tank(console, engine, settings)
     view = report.build(engine, settings.lake, catalog, dt.date(2026, 2, 1), dt.date(2026, 9, 30))["view"]
     demo_summary.head_to_head(console, view, FAST_MODEL)
     engine.dispose()
     shown = screen.getvalue()
-    assert "2026-08" in shown and "ultrafast" in shown and "…" not in shown, shown
+    assert "2026-08" in shown and "Ultrafast" in shown and "…" not in shown, shown
     assert "multi_file" in shown and "tool_chain" in shown
 
 

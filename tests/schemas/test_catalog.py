@@ -92,6 +92,18 @@ def test_unknown_tier_and_pool_model_and_period(raw):
     assert "period" in _broken(raw, lambda d: d["plans"][2]["pools"][0].update(period="year"))
 
 
+def test_tiers_are_the_catalogs_and_a_price_names_a_listed_one(raw):
+    msg = _broken(raw, lambda d: d["prices"][0].update(tier="flex"))
+    assert "names tier 'flex', which [[tiers]] does not list (tiers: standard, priority, ultrafast)" in msg
+    assert "listed twice" in _broken(raw, lambda d: d["tiers"].append(dict(d["tiers"][0])))
+    assert "tiers[0]" in _broken(raw, lambda d: d["tiers"][0].update(id="Fast Lane"))
+    assert "cached_input" in _broken(raw, lambda d: d["prices"][0].pop("cached_input"))  # every kind priced
+    without = copy.deepcopy(raw)
+    del without["tiers"]  # absent: the three tiers, with their labels
+    listed = parse_catalog(without, "catalog.toml")
+    assert listed.tier_labels == {"standard": "Standard", "priority": "Priority", "ultrafast": "Ultrafast"}
+
+
 def test_missing_and_invalid_files(tmp_path):
     with pytest.raises(CatalogError, match="catalog file not found"):
         load_catalog(tmp_path / "nope.toml")
