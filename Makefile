@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # Two workers, a test file each at a time (its module fixtures are built once): 9 minutes here, not 17.
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv demo test lint constraints clean system-deps
+.PHONY: venv demo test test-fast lint constraints clean system-deps
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ lint: venv
 test: venv lint
 	@$(AS_ROOT_SYSTEM_DEPS)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The inner loop: every test not marked slow (each well under 5 s; the end-to-end runs are marked slow).
+test-fast: venv lint
+	@$(AS_ROOT_SYSTEM_DEPS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 # Re-resolve the pins in a throwaway environment (needs the package registry).
 constraints:

@@ -182,7 +182,9 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
         return TASK_SCHEMA.empty_table()
     task = joined["_task"].to_numpy()
     models, model_names = _codes(joined["model"])
-    tiers = catalog.tier_ids  # slowest first
+    seen = pc.unique(_plain(joined["speed_tier"])).to_pylist()
+    # slowest first; a tier the catalog no longer lists (events from before it was removed) after them
+    tiers = (*catalog.tier_ids, *sorted(t for t in seen if t is not None and t not in catalog.tier_ids))
     rank = pc.index_in(_plain(joined["speed_tier"]), value_set=pa.array(tiers)).to_numpy(zero_copy_only=False)
     pairs_per_task = len(model_names) * len(tiers)
     pair = models.astype(np.int64) * len(tiers) + rank  # sorted model ids, then slower tiers first

@@ -70,6 +70,16 @@ class Tier(_Strict):
     id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")
     label: str = Field(min_length=1, max_length=64)
 
+    @field_validator("label")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        """Printed in tables, Markdown and terminals: no control character and none of | [ ] < > `."""
+        value = value.strip()
+        bad = sorted({c for c in value if ord(c) < 32 or c in "|[]<>`"})
+        if bad or not value:
+            raise ValueError(f"label {value!r} is empty or holds {', '.join(map(repr, bad))}")
+        return value
+
 
 class _PriceBase(_Strict):
     """The catalog currency per 1M tokens, one field per token kind (``schemas.tokens``)."""

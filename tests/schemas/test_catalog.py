@@ -98,6 +98,7 @@ def test_tiers_are_the_catalogs_and_a_price_names_a_listed_one(raw):
     assert "listed twice" in _broken(raw, lambda d: d["tiers"].append(dict(d["tiers"][0])))
     assert "tiers[0]" in _broken(raw, lambda d: d["tiers"][0].update(id="Fast Lane"))
     assert "cached_input" in _broken(raw, lambda d: d["prices"][0].pop("cached_input"))  # every kind priced
+    assert "holds '|'" in _broken(raw, lambda d: d["tiers"][0].update(label="Fast | cheap"))  # breaks tables
     without = copy.deepcopy(raw)
     del without["tiers"]  # absent: the three tiers, with their labels
     listed = parse_catalog(without, "catalog.toml")
