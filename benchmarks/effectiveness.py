@@ -149,8 +149,8 @@ def _prices_sql() -> str:
 
     catalog = load_catalog(ROOT / "config" / "catalog.toml")
     rows = ", ".join(
-        f"('{p.model}', '{p.tier}', DATE '{p.effective_from}', {p.input}::DECIMAL(18,6), "
-        f"{p.cached_input}::DECIMAL(18,6), {p.output}::DECIMAL(18,6))"
+        f"('{p.model}', '{p.tier}', DATE '{p.effective_from}', {p.per_million('input')}::DECIMAL(18,6), "
+        f"{p.per_million('cached_input')}::DECIMAL(18,6), {p.per_million('output')}::DECIMAL(18,6))"
         for p in catalog.prices
     )
     return f"CREATE TABLE prices AS SELECT * FROM (VALUES {rows}) t(model, tier, effective_from, input, cached_input, output)"

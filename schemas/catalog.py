@@ -17,7 +17,6 @@ from typing import Annotated, Literal
 from pydantic import (
     Field,
     ValidationError,
-    create_model,
     field_validator,
     model_validator,
 )
@@ -81,30 +80,31 @@ class Tier(_Strict):
         return value
 
 
-class _PriceBase(_Strict):
-    """The catalog currency per 1M tokens, one field per token kind (``schemas.tokens``)."""
+class Price(_Strict):
+    """The catalog currency per 1M tokens of each token kind (``schemas.tokens``): a ``[[prices]]`` row
+    has one field per kind (``input = "1.25"``), gathered into ``rates``; a kind added to the registry
+    is a required field of every row."""
 
     model: str
     tier: str
     effective_from: dt.date
+    rates: dict[str, Money]
 
     @model_validator(mode="before")
     @classmethod
-    def _exact(cls, data: object) -> object:
-        if isinstance(data, dict):
-            for kind in tokens.ids():
-                _no_float(data.get(kind))
-        return data
+    def _kinds(cls, data: object) -> object:
+        if not isinstance(data, dict) or "rates" in data:
+            return data
+        data = dict(data)
+        rates = {}
+        for kind in tokens.ids():
+            if kind not in data:
+                raise ValueError(f"no price for token kind {kind!r} (every row prices every kind)")
+            rates[kind] = _no_float(data.pop(kind))
+        return {**data, "rates": rates}
 
     def per_million(self, kind: str) -> Decimal:
-        return getattr(self, kind)
-
-
-# The price row's token-kind fields come from the registry: a kind added there is a required column
-# of every ``[[prices]]`` row.
-Price = create_model(  # type: ignore[call-overload]
-    "Price", __base__=_PriceBase, **{kind: (Money, ...) for kind in tokens.ids()}
-)
+        return self.rates[kind]
 
 
 class Pool(_Strict):
@@ -203,7 +203,7 @@ class Catalog(_Strict):
         default_factory=lambda: [Tier(id=i, label=label) for i, label in DEFAULT_TIERS], min_length=1
     )
     models: list[Model] = Field(min_length=1)
-    prices: list[Price] = Field(default_factory=list)  # type: ignore[valid-type]
+    prices: list[Price] = Field(default_factory=list)
     plans: list[Plan] = Field(default_factory=list)
     adoption: AdoptionConfig = Field(default_factory=AdoptionConfig)
     invoicing: InvoicingConfig = Field(default_factory=InvoicingConfig)
@@ -296,6 +296,8 @@ def _location(loc: tuple[object, ...], data: dict) -> str:
                 label = node.get("id") or "/".join(str(node[k]) for k in ("model", "tier") if k in node)
                 if label:
                     parts[-1] += f" ({str(label).encode('unicode_escape').decode()})"
+        elif item == "rates" and isinstance(node, dict) and "rates" not in node:
+            continue  # a price's kinds are fields of the row as written
         else:
             parts.append(str(item))
             node = node.get(item) if isinstance(node, dict) else None

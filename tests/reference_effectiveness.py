@@ -23,7 +23,7 @@ def price(catalog, model: str, tier: str, kind: str, day: dt.date) -> Fraction: 
     found = [p for p in catalog.prices if p.model == model and p.tier == tier and p.effective_from <= day]
     if not found:
         raise KeyError((model, tier, kind, day))
-    return Fraction(getattr(max(found, key=lambda p: p.effective_from), kind))
+    return Fraction(max(found, key=lambda p: p.effective_from).per_million(kind))
 
 
 def task_rows(outcomes: list[dict], requests: list[dict], catalog) -> tuple[list[dict], int]:  # type: ignore[no-untyped-def]

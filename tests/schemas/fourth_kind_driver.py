@@ -174,7 +174,9 @@ def run(folder: Path) -> dict:
         "request_cost": str(request_costs(one, catalog)[0].as_py()),
         "exports": str(exports),
         "cache_write_price": str(
-            next(p for p in catalog.prices if p.model == "gpt-5.6-sol" and p.tier == "standard").cache_write
+            next(p for p in catalog.prices if p.model == "gpt-5.6-sol" and p.tier == "standard").per_million(
+                "cache_write"
+            )
         ),
     }
 

@@ -46,7 +46,9 @@ def test_every_model_has_a_price_for_each_day_it_is_sold(catalog):
 def test_prices_are_decimal_and_effective_dated(catalog):
     before = price_in_force(catalog, "gpt-5.6-sol", "standard", dt.date(2026, 5, 31))
     after = price_in_force(catalog, "gpt-5.6-sol", "standard", dt.date(2026, 6, 1))
-    assert before.output == Decimal("12.00") and after.output == Decimal("10.00")
+    assert before.per_million("output") == Decimal("12.00") and after.per_million("output") == Decimal(
+        "10.00"
+    )
     assert isinstance(after.per_million("cached_input"), Decimal)
     assert price_in_force(catalog, "gpt-5.6-sol", "ultrafast", dt.date(2026, 8, 12)) is None
 
