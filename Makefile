@@ -38,6 +38,7 @@ demo: venv
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: venv lint
 	@$(AS_ROOT_SYSTEM_DEPS)

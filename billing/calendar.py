@@ -30,7 +30,7 @@ def period_start(day: np.ndarray, period: str) -> np.ndarray:
     if period == "day":
         return day
     if period == "week":
-        return day - weekday(day)
+        return np.asarray(day - weekday(day))
     if period == "month":
         return day.astype("datetime64[M]").astype("datetime64[D]")
     raise ValueError(f"unknown period {period!r}")
@@ -94,7 +94,7 @@ def local_dates(event_time: pa.Array | pa.ChunkedArray, timezone: pa.Array | pa.
     exact = changes[code, cell]
     if exact.any():
         per_event[exact] = _offsets_per_zone(us[exact], code[exact], names)
-    return ((us + per_event) // DAY_US).astype("datetime64[D]")
+    return np.asarray(((us + per_event) // DAY_US).astype("datetime64[D]"))
 
 
 def zone_problem(zone: str) -> str | None:
@@ -116,7 +116,12 @@ def zone_problem(zone: str) -> str | None:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowKeyError):
         return "is not in the tz database metering uses"
     python = [
-        int(dt.datetime.fromtimestamp(int(p) // 1_000_000, info).utcoffset().total_seconds()) for p in probes
+        int(
+            (
+                dt.datetime.fromtimestamp(int(p) // 1_000_000, info).utcoffset() or dt.timedelta()
+            ).total_seconds()
+        )
+        for p in probes
     ]
     python = [seconds * 1_000_000 for seconds in python]
     if arrow.tolist() != python:
@@ -136,7 +141,7 @@ def _offsets_per_zone(us: np.ndarray, code: np.ndarray, names: list[str]) -> np.
 def _offsets(us: np.ndarray, zone: str) -> np.ndarray:
     """UTC offset (microseconds) of ``zone`` at each UTC instant."""
     local = pc.local_timestamp(pa.array(us, pa.timestamp("us", tz=zone)))
-    return local.cast(pa.int64()).to_numpy() - us
+    return np.asarray(local.cast(pa.int64()).to_numpy() - us)
 
 
 def _local_dates_per_event(times: pa.Array, zones: pa.Array) -> np.ndarray:
@@ -172,7 +177,7 @@ class Coupling:
 
     def __init__(self, catalog: Catalog) -> None:
         models = catalog.model_ids
-        self.plans = []
+        self.plans: list[tuple[list[str], list[list[int]]]] = []
         for plan in catalog.plans:
             pools = plan.pools_in_draw_order()
             coupled = [
@@ -191,7 +196,14 @@ class Coupling:
     def affects_until(self, day: dt.date) -> dt.date:
         return max([day, *(self._reach(p, k, day, 1, {}) for p in self.plans for k in range(len(p[0])))])
 
-    def _reach(self, plan, k: int, day: dt.date, way: int, seen: dict) -> dt.date:  # type: ignore[no-untyped-def]
+    def _reach(
+        self,
+        plan: tuple[list[str], list[list[int]]],
+        k: int,
+        day: dt.date,
+        way: int,
+        seen: dict[tuple[int, dt.date], dt.date],
+    ) -> dt.date:
         """E_k(day) (``way`` -1) or G_k(day) (``way`` 1) for one plan's (periods, coupled)."""
         if (k, day) not in seen:
             periods, coupled = plan

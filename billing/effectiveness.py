@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -97,7 +98,7 @@ def _days(times: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """UTC dates as day numbers since 1970 (int64)."""
     d = utc_date(times)
     d = d.combine_chunks() if isinstance(d, pa.ChunkedArray) else d
-    return d.cast(pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64)
+    return np.asarray(d.cast(pa.int32()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _key(table: pa.Table) -> pa.Array:
@@ -271,7 +272,7 @@ def nearest_rank(sorted_values: np.ndarray, q_num: int, q_den: int) -> int:
     return int(sorted_values[max(rank, 1) - 1])
 
 
-def group_metrics(task_rows: pa.Table, rework_cost_per_hour: Decimal) -> list[dict]:
+def group_metrics(task_rows: pa.Table, rework_cost_per_hour: Decimal) -> list[dict[str, Any]]:
     """Per (week_start, model, speed_tier, task_class), and per (week_start, model, speed_tier) with
     task_class ``*``: the figures of DESIGN's effectiveness contract, sorted by the group keys."""
     if task_rows.num_rows == 0:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -25,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from billing.plan import fee_pieces
-from billing.pricing import AMOUNT, amounts, applied_prices, cents
+from billing.pricing import amounts, applied_prices, cents
 from schemas import lines as line_types
 from schemas.catalog import Catalog
-from schemas.lake import PRICE
+from schemas.lake import AMOUNT, PRICE
 
 LINE_SCHEMA = pa.schema(
     [
@@ -353,7 +354,7 @@ def plan_periods(plans: pa.Table, accounts: list[str], catalog: Catalog, month: 
         start, until = max(start, first), min(until or last, last)
         if start <= until:
             by_account.setdefault(account, []).append((start, until, plan))
-    out: dict[str, list] = {name: [] for name in PLAN_PERIOD_SCHEMA.names}
+    out: dict[str, list[Any]] = {name: [] for name in PLAN_PERIOD_SCHEMA.names}
     known = {p.id for p in catalog.plans}
 
     def add(account: str, start: dt.date, until: dt.date, plan: str | None) -> None:

@@ -4,6 +4,7 @@ what a catalog's plans say about models with a pool of their own (the backup tan
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -220,7 +221,7 @@ def fee_pieces(plans: pa.Table, catalog: Catalog, first: dt.date, last: dt.date)
             }
         )
     ]
-    split: dict[str, list] = {"account_id": [], "plan": [], "days": [], "monthly_fee": []}
+    split: dict[str, list[Any]] = {"account_id": [], "plan": [], "days": [], "monthly_fee": []}
     for row in rows.filter(changing).to_pylist():
         for a, b, fee, _ in catalog.plan(row["plan"]).fee_pieces(row["start"], row["end"]):
             for key, value in zip(

@@ -29,7 +29,7 @@ from billing.calendar import EPOCH, period_end, period_start
 from billing.plan import SPAN, mask
 from billing.tokens import kind_matrix, split_pro_rata
 from schemas import tokens
-from schemas.catalog import Catalog
+from schemas.catalog import Catalog, Pool
 from schemas.lake import BALANCE_SCHEMA
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -248,10 +248,10 @@ class Balances:
 def _pool_rows(
     accounts: pa.Array,
     plan: str,
-    pool,
+    pool: Pool,
     starts: np.ndarray,
     used: np.ndarray,
-    exhausted: pa.Array,  # type: ignore[no-untyped-def]
+    exhausted: pa.Array,
 ) -> pa.Table:
     n = len(starts)
     return pa.table(

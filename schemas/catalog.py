@@ -12,7 +12,7 @@ import itertools
 import tomllib
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -284,7 +284,7 @@ class Catalog(_Strict):
         raise KeyError(plan_id)
 
 
-def _location(loc: tuple[object, ...], data: dict) -> str:
+def _location(loc: tuple[object, ...], data: dict[str, Any]) -> str:
     """('prices', 3, 'input') -> 'prices[3] (gpt-5.6-sol/ultrafast).input'."""
     parts: list[str] = []
     node: object = data
@@ -304,7 +304,7 @@ def _location(loc: tuple[object, ...], data: dict) -> str:
     return ".".join(parts)
 
 
-def parse_catalog(data: dict, source: str = "catalog") -> Catalog:
+def parse_catalog(data: dict[str, Any], source: str = "catalog") -> Catalog:
     try:
         return Catalog.model_validate(data)
     except ValidationError as exc:

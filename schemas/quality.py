@@ -14,6 +14,7 @@ requests. Those are judged on the partitions' profile, one row per partition wit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from schemas import outcomes
 from schemas.events import REQUIRED_FIELDS, STATUSES, TOKEN_FIELDS
@@ -32,7 +33,7 @@ VOLUME_CHECK = "volume_vs_same_weekday"
 class Check:
     name: str  # stable id, the key of dq_results
     expectation: str  # GX expectation class name
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     level: str = "error"  # error | warn
     scope: str = "rows"  # rows | profile
     expected: str = ""  # what passing means, as a page says it

@@ -83,8 +83,8 @@ _GATES_LOCK = threading.Lock()
 
 def _gate(catalog: Catalog, factor: float, outcomes: bool) -> Gate:
     """The process's GX context for this suite: building one costs seconds, and what it checks
-    depends only on the catalog's models, the volume factor and the dataset."""
-    key = (tuple(catalog.model_ids), factor, outcomes)
+    depends only on the catalog's models and speed tiers, the volume factor and the dataset."""
+    key = (tuple(catalog.model_ids), catalog.tier_ids, factor, outcomes)
     with _GATES_LOCK:
         if key not in _GATES:
             _GATES[key] = Gate(catalog, factor, outcomes)

@@ -242,7 +242,7 @@ class Gate:
                     self._outcome(check, bool(r["_success"]), str(n), r.get("partial_unexpected_list") or [])
                 )
                 continue
-            mine = [values[k] for k in np.flatnonzero(where == i)[:5]] if n else []
+            mine = [values[k] for k in np.flatnonzero(where == i)[:5] if k < len(values)] if n else []
             out.append(self._outcome(check, n == 0, str(n), mine, unexpected_percent=100 * n / part.rows))
         return out
 

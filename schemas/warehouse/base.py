@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -41,4 +42,5 @@ class Base(DeclarativeBase):
         dt.datetime: TIMESTAMP(timezone=True),
         dt.date: Date,
         dict: JSON,
+        dict[str, Any]: JSON,
     }

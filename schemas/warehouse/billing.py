@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import (
     ForeignKey,
@@ -250,7 +251,9 @@ class BilledCatalogRow(Base):
     subject: Mapped[str] = mapped_column(String(100), comment="the model of a price, the plan of a fee")
     tier: Mapped[str] = mapped_column(String(32), comment="the speed tier of a price; empty for a fee")
     effective_from: Mapped[dt.date | None] = mapped_column(comment="null: the plan's monthly_fee")
-    row_values: Mapped[dict] = mapped_column(comment="per 1M tokens by kind, or monthly_fee, as billed")
+    row_values: Mapped[dict[str, Any]] = mapped_column(
+        comment="per 1M tokens by kind, or monthly_fee, as billed"
+    )
     first_day: Mapped[dt.date] = mapped_column(comment="first day priced (UTC for prices, local for fees)")
     last_day: Mapped[dt.date] = mapped_column(comment="last day priced")
     first_document: Mapped[str | None] = mapped_column(String(20), comment="first document it priced")

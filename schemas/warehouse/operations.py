@@ -5,6 +5,7 @@ recompute queue and the data-quality results and acceptances.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import (
     String,
@@ -47,12 +48,12 @@ class IngestRun(Base):
     clean: Mapped[int] = mapped_column(comment="rows added to the lake")
     quarantined: Mapped[int]
     duplicates: Mapped[int] = mapped_column(comment="identical resends of an event already kept")
-    quarantined_by_reason: Mapped[dict] = mapped_column(comment="reason code -> rows")
-    late_rows: Mapped[dict] = mapped_column(
+    quarantined_by_reason: Mapped[dict[str, Any]] = mapped_column(comment="reason code -> rows")
+    late_rows: Mapped[dict[str, Any]] = mapped_column(
         comment="event date (ISO) -> clean rows, for dates before landing"
     )
     status: Mapped[str] = mapped_column(String(16))
-    not_read: Mapped[dict | None] = mapped_column(
+    not_read: Mapped[dict[str, Any] | None] = mapped_column(
         comment="landing entries not read (name -> why), e.g. a producer's temporary .file"
     )
 
@@ -120,7 +121,7 @@ class DqResult(Base):
     level: Mapped[str] = mapped_column(String(8), comment="error (stops downstream) | warn (reports)")
     success: Mapped[bool]
     observed: Mapped[str | None] = mapped_column(String(400), comment="observed value or unexpected count")
-    details: Mapped[dict] = mapped_column(comment="expectation kwargs and result summary")
+    details: Mapped[dict[str, Any]] = mapped_column(comment="expectation kwargs and result summary")
     checked_at: Mapped[dt.datetime]
 
 
@@ -133,4 +134,6 @@ class DqAcceptance(Base):
     accepted_at: Mapped[dt.datetime] = mapped_column(primary_key=True)
     accepted_by: Mapped[str] = mapped_column(String(100))
     reason: Mapped[str] = mapped_column(String(1000))
-    failed_checks: Mapped[dict] = mapped_column(comment="the failed error-level checks that were accepted")
+    failed_checks: Mapped[dict[str, Any]] = mapped_column(
+        comment="the failed error-level checks that were accepted"
+    )

@@ -5,6 +5,7 @@ metrics, migrations between models and retirement candidates.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -17,7 +18,7 @@ from schemas import tokens
 from schemas.warehouse.base import CLUSTERED, Base
 
 
-def token_columns() -> dict[str, MappedColumn]:
+def token_columns() -> dict[str, MappedColumn[int]]:
     """A BIGINT column per event token field of the registry (``schemas.tokens``): a kind added there
     gets its columns from the migration that comes with it (``migrations/sql/token_columns.py``)."""
     return {
@@ -133,4 +134,4 @@ class RetirementCandidate(Base):
     share_q: Mapped[float | None] = mapped_column(Float)
     successor: Mapped[str | None] = mapped_column(String(100))
     reason: Mapped[str] = mapped_column(String(1000))
-    details: Mapped[dict] = mapped_column(comment="the report's numbers for this model")
+    details: Mapped[dict[str, Any]] = mapped_column(comment="the report's numbers for this model")

@@ -96,6 +96,9 @@ def month(tmp_path_factory) -> dict:  # type: ignore[no-untyped-def]
     upgrade(engine)
     load_accounts(engine, landing / "accounts.csv", catalog)
     dates = [CFG.start + dt.timedelta(days=i) for i in range(CFG.days)]
+    from pipelines.ingest import quality
+
+    quality._gate(load_catalog(CATALOG_PATH), 3.0, False)  # as an earlier command of this process would
     ingest_and_aggregate(settings, dates)
     close_month(settings, MONTH, root)
     args = cli_args(settings)
@@ -121,6 +124,23 @@ def test_the_generator_draws_a_tier_only_on_days_it_has_a_price(month):
     assert turbo_days and min(turbo_days) >= TURBO_FROM
     flex_models = {e["model"] for e in events if e["speed_tier"] == "flex"}
     assert flex_models == {"gpt-5.6-sol"}  # the only model with a flex price
+
+
+def test_the_gate_of_a_catalog_with_other_tiers_is_its_own(month):
+    """A process keeps one data-quality suite per catalog shape: one built for the default tiers (by an
+    earlier command in the same process) never judges events of a catalog that added tiers."""
+    from pipelines.ingest import quality
+
+    default = quality._gate(load_catalog(CATALOG_PATH), 3.0, False)
+    edited = quality._gate(month["catalog"], 3.0, False)
+    accepted = {
+        g: next(c for c in gate.checks if c.name == "speed_tier_accepted").kwargs["value_set"]
+        for g, gate in (("default", default), ("edited", edited))
+    }
+    assert accepted == {
+        "default": ["standard", "priority", "ultrafast"],
+        "edited": ["flex", "standard", "priority", "ultrafast", "turbo"],
+    }
 
 
 def test_new_tiers_pass_the_gate_and_are_aggregated_and_metered(month):
