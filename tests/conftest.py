@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -137,6 +140,83 @@ def postgres_settings(postgres_url, tmp_path, small_landing) -> Settings:  # typ
         lake=str(tmp_path / "lake"),
         landing=str(small_landing),
     )
+
+
+# -- a warehouse and lake built once per module, copied per test ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Built:
+    """A warehouse and its lake built once (``settings``), kept as a template: ``copy`` gives each test
+    its own warehouse (a SQLite file copy, or a PostgreSQL database made with ``TEMPLATE``) and puts
+    the lake back at the path the warehouse is bound to, so no rebind is recorded."""
+
+    settings: Settings
+    lake_template: Path
+
+    def copy(self, scratch: Path, request: pytest.FixtureRequest) -> Settings:
+        lake = Path(self.settings.lake)
+        shutil.rmtree(lake, ignore_errors=True)  # whatever the previous test left there
+        shutil.copytree(self.lake_template, lake)
+        url = make_url(self.settings.database_url)
+        if url.get_backend_name() == "sqlite":
+            shutil.copy(url.database, scratch / "warehouse.db")
+            database_url = f"sqlite:///{scratch / 'warehouse.db'}"
+        else:
+            database_url = _postgres_database(template=url.database)
+            request.addfinalizer(lambda: _drop_postgres_database(database_url))
+        return Settings(self.settings.config, database_url, self.settings.lake, self.settings.landing)
+
+
+def build_once(kind: str, root: Path, landing: Path, steps: list[list[str]]) -> Iterator[Built]:
+    """A ``kind`` (sqlite or postgres) warehouse at ``root`` with a lake ``root/lake``, built by the
+    ``usage-billing`` commands ``steps``; yields it as a ``Built`` template, drops it afterwards."""
+    from pipelines.cli import main
+
+    url = f"sqlite:///{root / 'template.db'}" if kind == "sqlite" else _postgres_database()
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    settings = Settings(str(CATALOG_PATH), url, str(root / "lake"), str(landing))
+    for step in steps:
+        assert main([*cli_args(settings), *step]) == 0, step
+    shutil.copytree(root / "lake", root / "lake-template")
+    if kind != "sqlite":
+        _close_sessions(url)  # a template database takes no connection while it is copied
+    yield Built(settings, root / "lake-template")
+    if kind != "sqlite":
+        _drop_postgres_database(url)
+
+
+def _postgres_database(template: str | None = None) -> str:
+    """A new database on the test server (a copy of ``template`` when given); returns its URL."""
+    name = f"ub_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(_postgres_admin_url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
+    admin.dispose()
+    return make_url(_postgres_admin_url()).set(database=name).render_as_string(hide_password=False)
+
+
+def _close_sessions(url: str) -> None:
+    """End the idle pooled connections of this process to ``url``'s database."""
+    admin = create_engine(_postgres_admin_url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = :name AND pid <> pg_backend_pid()"
+            ),
+            {"name": make_url(url).database},
+        )
+    admin.dispose()
+
+
+def _drop_postgres_database(url: str) -> None:
+    admin = create_engine(_postgres_admin_url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
+    admin.dispose()
 
 
 def table_rows(url: str, model) -> list[tuple]:  # type: ignore[no-untyped-def]

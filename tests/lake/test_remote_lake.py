@@ -2,7 +2,11 @@
 same rows, late events rewriting a past partition without losing its other shards, replays changing
 nothing, and no staging left behind. Two stores: ``memfs://`` (in memory, Cloud Storage's rules: no
 directories, only objects under prefixes) and a real S3 API (moto's server on loopback, through Beam's
-own S3 file system, configured by the standard AWS environment variables as a deployment would be)."""
+own S3 file system, configured by the standard AWS environment variables as a deployment would be).
+
+The whole day (ingest, gate, aggregation, metering, explain, the backup tank) runs on ``memfs://``
+only: on S3 the production-profile test runs it end to end against the embedded results, so here S3
+proves what that test does not: stopped runs finished or discarded, and the AWS variables."""
 
 from __future__ import annotations
 
@@ -96,6 +100,7 @@ def _runs(url: str) -> list[tuple]:
     return sorted(r[1:3] + r[5:9] for r in table_rows(url, IngestRun))  # landing, dataset, the counts
 
 
+@pytest.mark.parametrize("store", ["memfs"], indirect=True)  # S3: tests/jobs/test_production_profile.py
 def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_settings, tmp_path, catalog):
     """Ingest, the data-quality gate, aggregation and metering, day by day as run-day does it, on both."""
     remote = _remote_settings(

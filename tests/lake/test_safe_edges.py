@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine
 from pipelines.warehouse.locks import step_lock
 from schemas.warehouse import BillableUsage, IngestRun, Invoice, LakeBinding, RecomputeQueue, UsageDaily
-from tests.conftest import cli_args, close_month, small_dates
+from tests.conftest import Built, build_once, cli_args, close_month, small_dates
 
 DAYS = [d.isoformat() for d in small_dates()[:2]]
 
@@ -47,16 +48,28 @@ def _count(url: str, table) -> int:  # type: ignore[no-untyped-def]
     return n
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def built(request, capsys):  # type: ignore[no-untyped-def]
-    """A warehouse built from two generated days: accounts, ingest, aggregate, meter."""
-    s: Settings = request.getfixturevalue(f"{request.param}_settings")
-    assert _cli(capsys, s, "accounts", "load", str(Path(s.landing) / "accounts.csv"))[0] == 0
-    for day in DAYS:
-        assert _cli(capsys, s, "events", "ingest", "--date", day)[0] == 0
-    assert _cli(capsys, s, "usage", "aggregate", "--from", DAYS[0], "--to", DAYS[-1])[0] == 0
-    assert _cli(capsys, s, "quota", "meter", "--from", DAYS[0], "--to", DAYS[-1])[0] == 0
-    return s
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def built_once(request, tmp_path_factory, small_landing) -> Iterator[Built]:  # type: ignore[no-untyped-def]
+    """A warehouse built from two generated days (accounts, ingest, aggregate, meter), once per
+    backend; each test gets a copy of it."""
+    yield from build_once(
+        request.param,
+        tmp_path_factory.mktemp(f"built-{request.param}"),
+        small_landing,
+        [
+            ["accounts", "load", str(Path(small_landing) / "accounts.csv")],
+            *(["events", "ingest", "--date", day] for day in DAYS),
+            ["usage", "aggregate", "--from", DAYS[0], "--to", DAYS[-1]],
+            ["quota", "meter", "--from", DAYS[0], "--to", DAYS[-1]],
+        ],
+    )
+
+
+@pytest.fixture
+def built(built_once, tmp_path, request, capsys) -> Settings:  # type: ignore[no-untyped-def]
+    settings = built_once.copy(tmp_path, request)
+    capsys.readouterr()  # the build's output is not the test's
+    return settings
 
 
 def _state(s: Settings) -> tuple[int, int]:
