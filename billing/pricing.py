@@ -118,19 +118,21 @@ def applied_prices(
     last_day = first_day if last_day is None else last_day
 
     def lookup(m: str, t: str, k: str, start: dt.date | None, first: dt.date, last: dt.date) -> Decimal:
-        now = [price_in_force(catalog, m, t, d) for d in (first, last)]
-        for d, price in zip((first, last), now, strict=True):
+        now: list[Price] = []
+        for d in (first, last):
+            price = price_in_force(catalog, m, t, d)
             if price is None:
                 raise MissingPriceError(
                     f"no price for model {m}, tier {t}, token kind {k} on {d.isoformat()}"
                 )
-        if start is None or any(p.effective_from != start for p in now):  # type: ignore[union-attr]
+            now.append(price)
+        if start is None or any(p.effective_from != start for p in now):
             applied = f"the price effective {start.isoformat()}" if start else "no price"
             raise MissingPriceError(
                 f"the prices of model {m}, tier {t} changed after metering: metering applied {applied} "
                 f"to usage of {first.isoformat()}..{last.isoformat()}; meter those days again"
             )
-        return now[0].per_million(k)  # type: ignore[union-attr]
+        return now[0].per_million(k)
 
     columns = {
         "model": model,

@@ -6,6 +6,8 @@ The engine or connection comes from ``config.attributes["connection"]`` when the
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import context
 from sqlalchemy import Connection, Engine, create_engine, pool
 
@@ -15,7 +17,7 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def _configure(**kwargs: object) -> None:
+def _configure(**kwargs: Any) -> None:
     context.configure(target_metadata=target_metadata, render_as_batch=True, compare_type=True, **kwargs)
 
 
@@ -39,7 +41,7 @@ def run_migrations_online() -> None:
     engine = (
         given
         if isinstance(given, Engine)
-        else create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+        else create_engine(config.get_main_option("sqlalchemy.url", ""), poolclass=pool.NullPool)
     )
     with engine.begin() as connection:
         _run_on(connection)

@@ -304,10 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-    from pipelines.warehouse.engine import forget_warehouses, vanished_warehouses
+    from pipelines.warehouse import sqlite_files
 
     quiet()  # before Beam is imported: its import logs a warning about Google Cloud clients
-    forget_warehouses()  # only the files this command opens count
+    sqlite_files.forget()  # only the files this command opens count
     from pipelines.lake.paths import use_filesystem_options
 
     args = sys.argv[1:] if argv is None else argv
@@ -320,11 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except click_errors.ClickException as exc:  # a usage mistake the command-line library caught
-        where = exc.ctx.command_path if getattr(exc, "ctx", None) else "usage-billing"
+        context = getattr(exc, "ctx", None)  # the usage errors carry the command they were found in
+        where = context.command_path if context else "usage-billing"
         message = " ".join(exc.format_message().split())
-        group = exc.ctx.command if getattr(exc, "ctx", None) else None
-        if message == "Missing command." and hasattr(group, "list_commands"):
-            message = f"missing command, one of: {', '.join(group.list_commands(exc.ctx))}"  # type: ignore[union-attr]
+        group = context.command if context else None
+        commands = getattr(group, "list_commands", None)  # a group's, for a missing command
+        if message == "Missing command." and commands is not None:
+            message = f"missing command, one of: {', '.join(commands(context))}"
         err.print(f"error: {message} (see `{where} --help`)", markup=False, highlight=False, soft_wrap=True)
         return 2
     except OSError as exc:  # a disk or folder problem outside the lake's own writers
@@ -340,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         return _database_failed(str(exc))
     except (psycopg.Error, sqlite3.Error) as exc:  # raised by the driver itself (a COPY, a raw cursor)
         return _database_failed(str(exc) or type(exc).__name__)
-    lost = vanished_warehouses()
+    lost = sqlite_files.vanished()
     if lost:
         err.print(
             f"error: the warehouse file {lost[0]} was removed or replaced while the command ran: what it "

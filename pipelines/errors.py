@@ -40,8 +40,8 @@ def user_error_in(text: str) -> UsageBillingError | None:
     if not found:
         os_error = _OS_LINE.match(last)
         kind = getattr(builtins, os_error.group(1), None) if os_error else None
-        if isinstance(kind, type) and issubclass(kind, OSError):
-            return UsageBillingError(f"cannot use: {without_step(os_error.group(2))}")  # type: ignore[union-attr]
+        if os_error and isinstance(kind, type) and issubclass(kind, OSError):
+            return UsageBillingError(f"cannot use: {without_step(os_error.group(2))}")
         return None
     module, name, message = found.groups()
     kind = getattr(sys.modules.get(module), name, None)  # a worker thread raised it: already imported

@@ -95,7 +95,7 @@ def dag_retries() -> int:
     return _at_least_zero("USAGE_BILLING_DAG_RETRIES", "2", int, "a whole number")
 
 
-def _at_least_zero(name: str, default: str, kind: type[int] | type[float], what: str):  # type: ignore[no-untyped-def]
+def _at_least_zero(name: str, default: str, kind: type[int] | type[float], what: str):
     """The number in environment variable ``name`` (negative counts as 0); a non-number is one line."""
     raw = os.environ.get(name, default)
     try:

@@ -170,7 +170,7 @@ def outcome_checks() -> list[Check]:
     return checks
 
 
-def build_suite(checks: list[Check], name: str = SUITE_NAME):  # type: ignore[no-untyped-def]
+def build_suite(checks: list[Check], name: str = SUITE_NAME):  # type: ignore[no-untyped-def]  # GX's suite, imported here
     """The GX ExpectationSuite for ``checks`` (GX is imported here: it takes seconds to import)."""
     import great_expectations as gx
     from great_expectations.expectations.metadata_types import FailureSeverity

@@ -93,8 +93,8 @@ def upgrade() -> None:
     immutability.drop(bind)
     for name, size, comment in ACCOUNT_COLUMNS:
         op.add_column("accounts", sa.Column(name, sa.String(length=size), nullable=True, comment=comment))
-    for name, type_, comment in INVOICE_COLUMNS:
-        op.add_column("invoices", sa.Column(name, type_, nullable=True, comment=comment))
+    for name, type_, note in INVOICE_COLUMNS:
+        op.add_column("invoices", sa.Column(name, type_, nullable=True, comment=note))
     op.create_table(
         "invoice_plans",
         sa.Column("invoice_id", sa.String(length=36), nullable=False),

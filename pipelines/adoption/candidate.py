@@ -17,7 +17,8 @@ from billing.plan import own_pool_models
 from pipelines.adoption import weekly as adoption
 from pipelines.runtime.outputs import atomic, neutralize_value
 from pipelines.warehouse.engine import as_date, read_arrow
-from schemas.catalog import AdoptionConfig, Catalog
+from schemas.catalog import Catalog
+from schemas.catalog_sections import AdoptionConfig
 from schemas.tokens import allowance_tokens
 from schemas.tokens import fields as token_fields
 from schemas.warehouse import UsageDaily
@@ -109,7 +110,7 @@ def serving_time(engine: Engine, model: str, weeks: list[dt.date]) -> dict:
         if week in per_week:
             per_week[week] += int(ms or 0)
     series = [{"week_start": w.isoformat(), "output_hours": per_week[w] / 3_600_000} for w in weeks]
-    recent = [r["output_hours"] for r in series[-CONTACT_WEEKS:]]
+    recent = [float(str(r["output_hours"])) for r in series[-CONTACT_WEEKS:]]
     return {
         "weeks": series,
         "last_week_hours": series[-1]["output_hours"] if series else 0.0,
@@ -197,7 +198,7 @@ def contacts_file(model: str) -> str:
     return f"accounts-{model}.csv"
 
 
-def contacts(usage: pa.Table, preview) -> list[dict]:  # type: ignore[no-untyped-def]
+def contacts(usage: pa.Table, preview) -> list[dict]:
     """The accounts to contact: every account active on the model in the last weeks, and every
     affected account of the preview month, with its bill now and its change per successor tier."""
     rows = {r["account_id"]: {**r, "in_preview_month": False} for r in usage.to_pylist()}

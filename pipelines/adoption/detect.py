@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from schemas.catalog import AdoptionConfig
+from schemas.catalog_sections import AdoptionConfig
 
 METHOD_VERSION = "mk-exact+theil-sen90+bh/1"
 METRICS = ("active_accounts", "token_share")

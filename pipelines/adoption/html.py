@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from decimal import Decimal
+from typing import Any
 
 from pipelines.adoption.charts import (
     DORMANT,
@@ -252,7 +253,7 @@ def _effectiveness(eff: dict | None, model: str) -> str:
         )
     cur = eff["currency"]
 
-    def money(v: object) -> str:
+    def money(v: Any) -> str:  # a number of the report, or None
         return "-" if v is None else f"{cur} {float(v):,.2f}"
 
     def minutes(ms: int) -> str:

@@ -351,7 +351,7 @@ def _bill(bills: list[Bill], plans: pa.Table, catalog: Catalog, request: Request
     mine = lines.filter(pc.fill_null(pc.equal(lines["model"], request.model), False))
     revenue = _per_account(pa.table({"account_id": mine["account_id"], "v": mine["amount"]}))
     exhausted = pa.concat_tables([b.exhausted for b in bills])
-    days: dict[str, list[str]] = {}
+    days: dict[str, str] = {}  # account -> its exhausted local days, space-separated
     if exhausted.num_rows:
         g = exhausted.group_by("account_id", use_threads=False).aggregate([("local_day", "distinct")])
         for a, ds in zip(g["account_id"].to_pylist(), g["local_day_distinct"].to_pylist(), strict=True):

@@ -201,7 +201,7 @@ def _lifecycle_rows(weekly: pa.Table, window: list[dt.date]) -> dict:
     return out
 
 
-def _facts(engine, catalog, weekly, went, window, report: ModelReport, as_of, lake_root) -> dict:  # type: ignore[no-untyped-def]
+def _facts(engine, catalog, weekly, went, window, report: ModelReport, as_of, lake_root) -> dict:
     model = report.model
     accounts = np.array(report.accounts, dtype=float)
     peak_week = window[int(np.argmax(accounts))] if len(accounts) else None
@@ -261,7 +261,7 @@ def _facts(engine, catalog, weekly, went, window, report: ModelReport, as_of, la
     return facts
 
 
-def _preview(engine, catalog: Catalog, lake_root, model: str, successor, as_of: dt.date):  # type: ignore[no-untyped-def]
+def _preview(engine, catalog: Catalog, lake_root, model: str, successor, as_of: dt.date):
     """The migration preview of the last complete month on every successor tier, or the reason there
     is none (an error of the preview, one line)."""
     if lake_root is None or successor is None:
@@ -279,7 +279,7 @@ def _preview(engine, catalog: Catalog, lake_root, model: str, successor, as_of: 
         return str(exc)
 
 
-def _preview_facts(result, model: str, successor, as_of: dt.date) -> dict:  # type: ignore[no-untyped-def]
+def _preview_facts(result, model: str, successor, as_of: dt.date) -> dict:
     month = last_complete_month(as_of)
     if isinstance(result, str):
         return {"month": month, "successor": successor, "error": result, "tiers": {}}

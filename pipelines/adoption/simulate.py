@@ -67,7 +67,7 @@ def simulate(scenario: str, rng: np.random.Generator, weeks: int = 13, base: flo
     return Simulated(scenario, declining, accounts, share, failed)
 
 
-def run_detector(models: dict[str, Simulated], cfg) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+def run_detector(models: dict[str, Simulated], cfg) -> dict[str, bool]:
     """Flag models as the weekly report does: detected on the last ``cfg.weeks`` weeks and on the
     window one week earlier (the previous run), failed weeks left out. Returns model -> flagged."""
     from pipelines.adoption.detect import decide
@@ -84,7 +84,7 @@ def run_detector(models: dict[str, Simulated], cfg) -> dict[str, bool]:  # type:
     return {m: now[m].detected and before[m].detected for m in models}
 
 
-def evaluate(runs: int, cfg, seed: int = 0) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+def evaluate(runs: int, cfg, seed: int = 0) -> dict[str, dict[str, float]]:
     """``runs`` simulated platforms, each with one model per scenario tested together.
     Returns per scenario the flag rate, and overall recall per decline rate and false discovery rate."""
     rng = np.random.default_rng(seed)

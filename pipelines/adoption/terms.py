@@ -4,7 +4,7 @@ renders them and looks them up there)."""
 
 from __future__ import annotations
 
-from schemas.catalog import AdoptionConfig
+from schemas.catalog_sections import AdoptionConfig
 
 
 def definitions(cfg: AdoptionConfig) -> dict[str, str]:

@@ -27,7 +27,7 @@ from sqlalchemy import Engine, delete, select
 from billing.calendar import monday, period_start
 from pipelines.warehouse.engine import insert_arrow, read_arrow
 from pipelines.warehouse.gate import held_back
-from schemas.catalog import AdoptionConfig
+from schemas.catalog_sections import AdoptionConfig
 from schemas.tokens import allowance_tokens
 from schemas.tokens import fields as token_fields
 from schemas.warehouse import ModelMigration, ModelWeekly, UsageDaily

@@ -64,7 +64,7 @@ def effectiveness_report(
     first, last = parse_date(start, "--from date"), parse_date(end, "--to date")
     if last < first:
         raise UsageBillingError(f"--to {last} is before --from {first}")
-    out_dir = output_folder(out_dir, s.lake, s.landing, create=False)
+    folder = output_folder(out_dir, s.lake, s.landing, create=False)
     engine = warehouse_of(ctx)
     with step(f"effectiveness report {first} .. {last}"):
         pipeline.run([*s.argv(), *ctx.args])  # the weeks that changed since they were computed
@@ -81,11 +81,11 @@ def effectiveness_report(
                     *ctx.args,
                 ]
             )
-        built = report.run(engine, s.lake, s.catalog, first, last, out_dir)
+        built = report.run(engine, s.lake, s.catalog, first, last, folder)
     view = built["view"]
     out.print(
         f"{len(view['weeks'])} week(s), {view['tasks']:,} tasks, {built['data']['orphan_outcomes']:,} orphan "
-        f"outcomes, {built['data']['open_tasks']:,} open tasks; report in {out_dir / 'effectiveness.html'}"
+        f"outcomes, {built['data']['open_tasks']:,} open tasks; report in {folder / 'effectiveness.html'}"
     )
     for item in view["head_to_head"]:
         out.print(sentence(item, view["currency"]))

@@ -150,7 +150,7 @@ class ComputeWeek(beam.DoFn):
     def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
         self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
 
-    def process(self, week: dt.date):  # type: ignore[no-untyped-def]
+    def process(self, week: dt.date):
         tasks, groups, counts = compute_week(self.lake_root, self.catalog, week, self.held)
         if tasks.num_rows:
             lake.write_parquet(
@@ -173,7 +173,7 @@ class WeeklyEffectiveness(beam.PTransform):
         super().__init__()
         self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
 
-    def expand(self, weeks):  # type: ignore[no-untyped-def]
+    def expand(self, weeks):
         compute = ComputeWeek(self.lake_root, self.stage_root, self.catalog, self.held)
         return weeks | "Reshuffle" >> beam.Reshuffle() | "ComputeWeek" >> beam.ParDo(compute)
 
@@ -257,7 +257,7 @@ def run(
 
 def _run(
     options, opts, dates: list[dt.date] | None, catalog: Catalog, skip=frozenset(), fence: Fence | None = None
-) -> list[dt.date]:  # type: ignore[no-untyped-def]
+) -> list[dt.date]:
     engine = make_engine(opts.database_url)
     try:
         require_schema(engine)
@@ -296,7 +296,7 @@ def _dequeue(engine: Engine, rows: list[tuple]) -> None:
         _delete_queued(conn, rows)
 
 
-def _delete_queued(conn, rows: list[tuple]) -> None:  # type: ignore[no-untyped-def]
+def _delete_queued(conn, rows: list[tuple]) -> None:
     q = EffectivenessQueue.__table__
     for day, dataset, run_id in rows:
         conn.execute(delete(q).where(q.c.day == day, q.c.dataset == dataset, q.c.run_id == run_id))
@@ -307,7 +307,7 @@ def _read(stage: str, name: str, weeks: list[dt.date], schema: pa.Schema) -> pa.
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def _compute(  # type: ignore[no-untyped-def]
+def _compute(
     options,
     opts,
     engine: Engine,

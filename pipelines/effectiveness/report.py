@@ -168,7 +168,7 @@ def labelled(groups: list[dict], catalog: Catalog) -> list[dict]:
 
 def against_successor(
     lake_root, catalog: Catalog, model: str, successor, window: list[dt.date]
-) -> dict | None:  # type: ignore[no-untyped-def]
+) -> dict | None:
     """The candidate against its successor per task class over the report's weeks: one-pass rate,
     end-to-end time and cost per accepted task, rework included (None without a lake or tasks)."""
     if lake_root is None or successor is None:

@@ -114,7 +114,7 @@ def events_replay(
     print_day(done)
 
 
-def print_day(done) -> None:  # type: ignore[no-untyped-def]
+def print_day(done) -> None:
     """What a run-day (or a replay) did: the ingest, the dates aggregated, the metering runs."""
     from pipelines.runtime.options import date_ranges
 
@@ -129,7 +129,7 @@ def print_day(done) -> None:  # type: ignore[no-untyped-def]
         out.print(f"effectiveness: {len(weeks)} week(s) computed, {weeks[0]} .. {weeks[-1]}")
 
 
-def print_ingest(result) -> None:  # type: ignore[no-untyped-def]
+def print_ingest(result) -> None:
     out.print(
         f"run {result.run_id}: read {result.total('rows_read'):,} rows: clean {result.total('clean'):,}, "
         f"quarantined {result.total('quarantined'):,}, duplicates {result.total('duplicates'):,}"

@@ -125,7 +125,7 @@ def outcome_dates(journal: dict) -> list[str]:
     return list(journal.get("outcome_changed_dates", []))
 
 
-def queue_effectiveness(conn, run_id: str, event_dates, outcome_dates_, now: dt.datetime) -> None:  # type: ignore[no-untyped-def]
+def queue_effectiveness(conn, run_id: str, event_dates, outcome_dates_, now: dt.datetime) -> None:
     """Queue the dates whose requests or outcomes changed for the effectiveness step (same transaction)."""
     queue = EffectivenessQueue.__table__
     conn.execute(delete(queue).where(queue.c.run_id == run_id))
@@ -146,14 +146,14 @@ def recover_runs(lake_root: str, engine: Engine) -> list[dt.date]:
         if lake.exists(lake.join(stage, JOURNAL)):
             journal = lake.read_json(lake.join(stage, JOURNAL))
             log.warning("finishing the commit of ingest run %s, which stopped part way", journal["run_id"])
-            finish(lake_root, engine, stage, journal)  # type: ignore[arg-type]
-            changed.update(dt.date.fromisoformat(d) for d in journal["changed_dates"])  # type: ignore[index]
+            finish(lake_root, engine, stage, journal)
+            changed.update(dt.date.fromisoformat(d) for d in journal["changed_dates"])
         else:
             lake.discard(stage)
     return sorted(changed)
 
 
-def stats_file(stage_root: str, landing: str, dataset=None) -> str:  # type: ignore[no-untyped-def]
+def stats_file(stage_root: str, landing: str, dataset=None) -> str:
     """Where a run stages one landing date's counts of one dataset (usage events by default)."""
     prefix = "" if dataset is None or dataset.name == lake.EVENTS else f"{dataset.name}-"
     return lake.join(stage_root, "stats", f"{prefix}{landing}.json")
@@ -175,7 +175,7 @@ def collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
         run_id,
         stats,
         lake.partition_dates(stage, lake.EVENTS),
-        outcome_stats,  # type: ignore[arg-type]
+        outcome_stats,
         lake.partition_dates(stage, lake.OUTCOMES),
     )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import apache_beam as beam
 import numpy as np
@@ -43,7 +43,14 @@ from pipelines.ingest.dedup import (
 )
 from pipelines.ingest.outputs import ConcatQuarantine, StageQuarantine, StageStats
 from pipelines.ingest.parquet_files import read_parquet_unit
-from pipelines.ingest.readers import LandingFileChanged, file_kind, read_json_file, source_name, whole_file
+from pipelines.ingest.readers import (
+    LandingFileChanged,
+    RawChunk,
+    file_kind,
+    read_json_file,
+    source_name,
+    whole_file,
+)
 from pipelines.ingest.stats import MergeStats, by_landing, merge, new_stats, per_landing, reason_counts
 from pipelines.ingest.units import (
     LakeShard,
@@ -81,7 +88,7 @@ log = logging.getLogger(__name__)
 
 class IngestOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
     @classmethod
-    def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
+    def _add_argparse_args(cls, parser) -> None:
         parser.add_argument("--shards", type=int, default=None, help="dedup shards (fixed at lake creation)")
         parser.add_argument(
             "--lateness_days", type=int, default=DEFAULT_LATENESS_DAYS, help="oldest accepted event, in days"
@@ -114,11 +121,12 @@ class ReadAndValidate(beam.DoFn):
         self.spill_root = lake.join(stage_root, "_spill")
         self.dataset = dataset
 
-    def process(self, unit: ReadUnit):  # type: ignore[no-untyped-def]
+    def process(self, unit: ReadUnit):
         landing = dt.date.fromisoformat(unit.landing_date)
         name = source_name(unit.path)
         kind = file_kind(unit.path)
         ds = self.dataset
+        chunks: Iterable[RawChunk]
         if unit.not_a_file:
             chunks = [
                 whole_file(
@@ -169,7 +177,7 @@ class DedupAndStage(beam.DoFn):
         self.shards, self.subs = shards, subs
         self.dataset = dataset
 
-    def process(self, element):  # type: ignore[no-untyped-def]
+    def process(self, element):
         """Deduplicate the shard one sub-shard at a time, appending each piece's new rows to the
         shard file of their event date (after the rows that file already held)."""
         shard, refs = element
@@ -241,7 +249,7 @@ class IngestEvents(beam.PTransform):
         self.rules, self.shards, self.lake_root, self.stage_root = rules, shards, lake_root, stage_root
         self.window, self.subs, self.dataset = window, subs, dataset
 
-    def expand(self, units):  # type: ignore[no-untyped-def]
+    def expand(self, units):
         read = split(
             units
             | "ReadAndValidate"
@@ -324,7 +332,7 @@ def run(argv: list[str] | None = None, prepare: Prepare | None = None) -> Ingest
 
 def _ingest(
     options, opts: IngestOptions, dates: list[dt.date], catalog, engine: Engine, kept: dict
-) -> IngestResult:  # type: ignore[no-untyped-def]
+) -> IngestResult:
     run_id = opts.run_id or new_run_id("ingest")
     started = dt.datetime.now(dt.UTC)
     shards = lake.shard_count(opts.lake, opts.shards)
@@ -356,8 +364,8 @@ def _ingest(
                 _ = ingested["stats"] | f"Stage{name}Stats" >> beam.ParDo(StageStats(stage, ds))
         result = collect(run_id, stage, dates)
         check_conservation(result)
-        for day, entries in not_read(opts.landing, dates).items():
-            result.stats[day]["not_read"] = entries
+        for landing, entries in not_read(opts.landing, dates).items():
+            result.stats[landing]["not_read"] = entries
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
             staged = lake.partition(stage, lake.QUARANTINE, day)
             carried = kept[day] if day in kept else other_files_quarantine(opts.lake, day, units)

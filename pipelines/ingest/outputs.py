@@ -17,7 +17,7 @@ class ConcatQuarantine(beam.DoFn):
     """A landing date's quarantined rows from every worker, in (source file, row number) order; each
     reason code also counts in the Beam metrics (namespace ``quarantine``, one counter per reason)."""
 
-    def process(self, element):  # type: ignore[no-untyped-def]
+    def process(self, element):
         landing, tables = element
         table = pa.concat_tables(list(tables)).sort_by(
             [("source_file", "ascending"), ("row_number", "ascending")]
@@ -34,7 +34,7 @@ class StageQuarantine(beam.DoFn):
         self.stage_root = stage_root
         self.file = dataset.quarantine_file
 
-    def process(self, element):  # type: ignore[no-untyped-def]
+    def process(self, element):
         landing, table = element
         lake.write_parquet(
             lake.join(lake.partition(self.stage_root, lake.QUARANTINE, landing), self.file), table
@@ -46,6 +46,6 @@ class StageStats(beam.DoFn):
         self.stage_root = stage_root
         self.dataset = dataset
 
-    def process(self, element):  # type: ignore[no-untyped-def]
+    def process(self, element):
         landing, stats = element
         lake.write_json(stats_file(self.stage_root, landing, self.dataset), stats)

@@ -156,7 +156,7 @@ DQ_LOCK = "data quality"  # every write of dq_results and dq_acceptances holds i
 MAX_REASON = 1000  # dq_acceptances.reason is VARCHAR(1000)
 
 
-def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str, factor: float, weeks: int):  # type: ignore[no-untyped-def]
+def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str, factor: float, weeks: int):
     from pipelines.ingest import quality_pages
 
     batches = _batches(lake_root, sorted(set(dates)), weeks)
@@ -185,7 +185,7 @@ def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str,
     return reports
 
 
-def _outcome_batches(lake_root: str, dates) -> list[list[tuple[Part, list[str]]]]:  # type: ignore[no-untyped-def]
+def _outcome_batches(lake_root: str, dates) -> list[list[tuple[Part, list[str]]]]:
     return _batches(lake_root, sorted(set(dates)), 0, lake.OUTCOMES)
 
 

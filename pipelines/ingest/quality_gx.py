@@ -15,6 +15,7 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -118,8 +119,9 @@ def history(lake_root: str, day: dt.date, weeks: int, rows: dict[dt.date, int | 
         if past not in rows:
             files = lake.list_files(lake.partition(lake_root, lake.EVENTS, past))
             rows[past] = footer_rows(files) if files else None
-        if rows[past] is not None:
-            out.append(rows[past])
+        found = rows[past]
+        if found is not None:
+            out.append(found)
     return tuple(out)
 
 
@@ -165,7 +167,7 @@ class Gate:
             self._definition(PROFILE_SUITE_NAME, self.profile_checks) if self.profile_checks else None
         )
 
-    def _definition(self, name: str, checks: list[Check]):  # type: ignore[no-untyped-def]
+    def _definition(self, name: str, checks: list[Check]):
         key = tuple(c.name for c in checks)
         if key not in self._definitions:
             asset = self._source.add_dataframe_asset(f"{name}-{len(self._definitions)}")
@@ -177,7 +179,7 @@ class Gate:
             )
         return self._definitions[key]
 
-    def _run(self, definition, frame, result_format) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    def _run(self, definition, frame, result_format) -> dict[str, dict]:
         """check name -> GX result of that expectation on ``frame``."""
         result = definition.run(batch_parameters={"dataframe": frame}, result_format=result_format)
         return {
@@ -206,8 +208,8 @@ class Gate:
             for check in flagged:
                 outcomes[check.name] = self._row_outcomes(check, detail[check.name], frame, parts)
         if self.profile_checks:
-            for check, per in self._profile_outcomes(table, parts).items():
-                outcomes[check] = per
+            for name, per in self._profile_outcomes(table, parts).items():
+                outcomes[name] = per
         reports = []
         for i, part in enumerate(parts):
             report = PartitionReport(part.day, part.rows)
@@ -217,15 +219,15 @@ class Gate:
 
     def _outcome(
         self, check: Check, success: bool, observed: str, unexpected: list, **more: object
-    ) -> CheckOutcome:  # type: ignore[type-arg]
+    ) -> CheckOutcome:
         details = {
             "kwargs": check.kwargs,
             "expected": check.expected,
             "partial_unexpected_list": unexpected[:5],
         }
-        return CheckOutcome(check, success, observed[:400], _plain(details | more))
+        return CheckOutcome(check, success, observed[:400], cast(dict, _plain(details | more)))
 
-    def _row_outcomes(self, check: Check, result: dict, frame, parts: list[Part]) -> list[CheckOutcome]:  # type: ignore[no-untyped-def]
+    def _row_outcomes(self, check: Check, result: dict, frame, parts: list[Part]) -> list[CheckOutcome]:
         where = np.asarray(result.get("unexpected_index_list") or [], dtype=np.int64)
         values = list(result.get("unexpected_list") or [])
         counts = np.bincount(where, minlength=len(parts))

@@ -128,11 +128,11 @@ def page(day: dt.date, rows: list[Row], acceptances: list[dict], total: int | No
 """
 
 
-def _rows_of(report) -> list[Row]:  # type: ignore[no-untyped-def]
+def _rows_of(report) -> list[Row]:
     return [Row(o.check.name, o.check.level, o.success, o.observed or "", o.details) for o in report.outcomes]
 
 
-def write_page(lake_root: str, report) -> None:  # type: ignore[no-untyped-def]
+def write_page(lake_root: str, report) -> None:
     """The page of one ``PartitionReport`` (with its acceptances)."""
     _write(
         html_path(lake_root, report.day), page(report.day, _rows_of(report), report.acceptances, report.rows)
@@ -184,7 +184,7 @@ def write_index(engine: Engine, lake_root: str, stored: Stored | None = None) ->
     """``<lake>/dq/index.html``: every checked date, newest first, its status, rows, failures, link
     (``stored``: what the warehouse holds, when the caller read it already)."""
     rows, accepted, checked = stored or _stored(engine)
-    counts = defaultdict(int)
+    counts: defaultdict[str, int] = defaultdict(int)
     lines = []
     for day in sorted(rows, reverse=True):
         state = status(rows[day], accepted.get(day, []))

@@ -139,7 +139,7 @@ def empty_raw(dataset: Dataset = EVENTS) -> pa.Table:
 
 
 def _open(path: str) -> io.BufferedIOBase:
-    return open(path, "rb") if lake.is_local(path) else lake.open_object(path)  # type: ignore[return-value]
+    return open(path, "rb") if lake.is_local(path) else lake.open_object(path)
 
 
 # -- Parquet ---------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def _line_chunks(path: str) -> Iterator[tuple[bytes, int, int] | OverlongLine]:
                 block = handle.read(CHUNK_BYTES)
             except EOFError as exc:
                 raise OSError(f"Truncated gzip stream: {exc}") from None
-            except DeflateError as exc:
+            except DeflateError as exc:  # type: ignore[misc]  # isal's stubs do not type its error class
                 raise OSError(f"Corrupt gzip stream: {exc}") from None
             if not block:
                 break

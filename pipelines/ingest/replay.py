@@ -56,7 +56,7 @@ def _write(path: str, data: bytes) -> None:
         handle.write(data)
 
 
-def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: list[str] | None = None):  # type: ignore[no-untyped-def]
+def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: list[str] | None = None):
     """Replay the quarantined rows of landing date ``day``; returns (IngestResult, Replay)."""
     if reason is not None and not reason.strip():
         raise UsageBillingError("--reason must name a reason code, e.g. no_price")

@@ -40,7 +40,7 @@ class Rules:
             )
 
     @classmethod
-    def for_catalog(cls, catalog, **options: int) -> Rules:  # type: ignore[no-untyped-def]
+    def for_catalog(cls, catalog, **options: int) -> Rules:
         first: dict[tuple[str, str], dt.date] = {}
         for p in catalog.prices:
             key = (p.model, p.tier)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -60,7 +61,7 @@ def by_landing(table: pa.Table, column: str) -> Iterable[tuple[str, pa.Table]]:
         yield value.isoformat(), table.filter(pa.compute.equal(table[column], pa.scalar(value, pa.date32())))
 
 
-def count_by(values: pa.ChunkedArray) -> list[tuple[object, int]]:
+def count_by(values: pa.ChunkedArray) -> list[tuple[Any, int]]:
     """(value, rows) for each value of a column; one min/max when, as usual, there is one value."""
     if len(values) == 0:
         return []

@@ -213,7 +213,7 @@ def _split(
     return clean, quarantine
 
 
-def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:
     """``check`` (a boolean Arrow function) of each row's value; for a dictionary column it runs once
     per distinct value and each row takes its value's verdict."""
     if col.type != DICTIONARY:
@@ -298,7 +298,7 @@ def non_canonical(col: pa.ChunkedArray) -> np.ndarray:
     return suspect
 
 
-def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:
     present = ~_missing(col)
     return present & ~_per_value(col, lambda c: pc.is_in(c, value_set=pa.array(sorted(allowed), pa.string())))
 
@@ -340,7 +340,7 @@ def _rows_as_json(rows: pa.Table) -> pa.Array:
     return pa.array([json.dumps(r, default=str) for r in rows.to_pylist()], pa.string())
 
 
-def _quarantine(  # type: ignore[no-untyped-def]
+def _quarantine(
     chunk: RawChunk, bad: np.ndarray, checks, landing_date, source_file: str, dataset: Dataset
 ) -> pa.Table:
     idx = pa.array(np.flatnonzero(bad))

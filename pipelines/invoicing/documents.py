@@ -203,7 +203,7 @@ def _delete_drafts(conn: Connection, month: str) -> int:
     return conn.execute(delete(i).where(i.c.period == month, i.c.status == "draft")).rowcount
 
 
-def _documents(conn: Connection, month: str) -> list:  # type: ignore[type-arg]
+def _documents(conn: Connection, month: str) -> list:
     i = Invoice.__table__.c
     query = select(i.account_id, i.sequence, i.kind, i.status, i.invoice_number).where(i.period == month)
     return list(conn.execute(query))
@@ -222,7 +222,7 @@ def _billed_lines(conn: Connection, month: str) -> pa.Table:
 
 def _invoice_rows(
     lines: pa.Table, kind: str, plans: pa.Table, docs: list, month: str, catalog: Catalog, now: dt.datetime
-) -> pa.Table:  # type: ignore[type-arg]
+) -> pa.Table:
     """One document per account of ``lines``: ids, sequence, plan names, subtotal and total."""
     sums = totals(lines).sort_by("account_id")
     accounts = sums["account_id"].to_pylist()

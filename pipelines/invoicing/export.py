@@ -131,7 +131,7 @@ def _read(engine: Engine, month: str, account: str | None) -> tuple[pa.Table, pa
     with engine.connect() as conn:
         docs = read_arrow(
             conn,
-            select(*(renamed.get(c, i.get(c)) for c in DOCUMENT_SCHEMA.names)).where(numbered),
+            select(*(renamed[c] if c in renamed else i[c] for c in DOCUMENT_SCHEMA.names)).where(numbered),
             DOCUMENT_SCHEMA,
         )
         lines, plans = (

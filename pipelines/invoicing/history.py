@@ -55,7 +55,7 @@ class Billed:
         return f"plan {self.subject!r} [[plans.fees]] effective {self.effective_from}"
 
 
-def _price_values(price) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _price_values(price) -> dict[str, str]:
     return {k: str(price.per_million(k)) for k in kind_ids()}
 
 

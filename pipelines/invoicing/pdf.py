@@ -21,7 +21,7 @@ SERIAL_BELOW = 8  # fewer documents than this are drawn in this process (a pool 
 CHUNK = 16
 
 
-def _weasyprint():  # type: ignore[no-untyped-def]
+def _weasyprint():
     try:
         import weasyprint
     except OSError as exc:  # its system libraries are missing

@@ -16,6 +16,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -146,7 +147,7 @@ def run_demo(
     )
     with progress:
         overall = progress.add_task("demo", total=len(STEPS))
-        clock = {"name": "", "since": time.perf_counter()}
+        clock: dict[str, Any] = {"name": "", "since": time.perf_counter()}
 
         def step(name: str) -> None:
             now = time.perf_counter()
@@ -290,7 +291,7 @@ def run_demo(
     engine.dispose()
 
 
-def _largest_bill(engine, month: str) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
+def _largest_bill(engine, month: str) -> tuple[str, str] | None:
     """(account, invoice number) of the month's finalized invoice with the largest total."""
     from sqlalchemy import select
 

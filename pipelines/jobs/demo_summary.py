@@ -82,7 +82,7 @@ def invoices(out: Console, engine: Engine, months: list[str], catalog: Catalog) 
                 "GROUP BY month, speed_tier"
             )
         ).all()
-        docs = dict(
+        docs: dict[str, int] = dict(
             conn.execute(
                 text(
                     "SELECT period, count(*) FROM finance_invoice_summary "
@@ -90,7 +90,7 @@ def invoices(out: Console, engine: Engine, months: list[str], catalog: Catalog) 
                 )
             ).all()
         )
-        fees = dict(
+        fees: dict[str, object] = dict(
             conn.execute(
                 text(
                     "SELECT period, sum(plan_fee_amount) FROM finance_invoice_summary "
@@ -103,7 +103,7 @@ def invoices(out: Console, engine: Engine, months: list[str], catalog: Catalog) 
                 "SELECT month, step, tokens, close_with FROM finance_reconciliation_gaps ORDER BY month, step"
             )
         ).all()
-    by = defaultdict(dict)
+    by: defaultdict[str, dict[str, Decimal]] = defaultdict(dict)
     for month, tier, amount in revenue:
         by[month][tier] = Decimal(str(amount))
     currency = catalog.currency
@@ -287,7 +287,7 @@ def head_to_head(out: Console, view: dict, model: str) -> None:
     for col in ("1-pass A", "1-pass B", "e2e A", "e2e B", "cost A", "cost B"):
         table.add_column(col, justify="right", no_wrap=True)
 
-    def money(v) -> str:  # type: ignore[no-untyped-def]
+    def money(v) -> str:
         return "-" if v is None else f"{v:,.2f}"
 
     for item in items:

@@ -299,7 +299,7 @@ def _tokens(rng: np.random.Generator, n: int, in_log: float, out_log: float) -> 
 
 def _pool_model_events(
     catalog, cfg, rng, mid, plan_names, plan_idx, activity, active, days, acc, day, tokens
-):  # type: ignore[no-untyped-def]
+):
     """Requests for a model with its own pool: adoption, churn to a heavy core, backup-tank use."""
     n_acc, n_days = len(plan_idx), len(days)
     model = catalog.model(mid)
@@ -332,7 +332,7 @@ def _pool_model_events(
     return cell // n_days, cell % n_days, np.full(len(cell), catalog.model_ids.index(mid))
 
 
-def _arrivals(rng, cfg: GeneratorConfig, table: pa.Table, event_day: np.ndarray):  # type: ignore[no-untyped-def]
+def _arrivals(rng, cfg: GeneratorConfig, table: pa.Table, event_day: np.ndarray):
     """Landing day per row: most on their event day, some late; resends are exact copies."""
     n = table.num_rows
     landing = event_day.copy()

@@ -14,7 +14,7 @@ def account_ids(n_acc: int) -> pa.Array:
 
 def account_rows(
     cfg, account_ids, plan_names, plan_idx, tz_names, tz_idx, joined, leaves, upgrade_day, day_list
-):  # type: ignore[no-untyped-def]
+):
     rows: list[dict[str, str]] = []
     ids = account_ids.to_pylist()
     for i, account in enumerate(ids):  # one row per account: thousands, not events

@@ -204,7 +204,7 @@ def outcomes(
 
 def _table(
     task_id, account, cls, unclassified, started, completed, abandoned, reworked, rework_ms
-) -> pa.Table:  # type: ignore[no-untyped-def]
+) -> pa.Table:
     n = len(started)
     names = pa.array(CLASSES).take(pa.array(cls, pa.int64()))
     return pa.table(

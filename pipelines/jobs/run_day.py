@@ -106,10 +106,10 @@ def ingest_step(
 def gate_step(
     settings: Settings,
     dates: list[dt.date],
-    run_id: str | None,
+    run_id: str,
     accept_reason: str | None = None,
     accept: list[dt.date] | None = None,
-) -> list:  # type: ignore[type-arg]
+) -> list:
     """The data-quality gate on the partitions of ``dates``; with ``accept_reason``, a failed gate of a
     date in ``accept`` is accepted (recorded) at once. Returns the reports; blocked dates stay blocked."""
     from pipelines.ingest import quality

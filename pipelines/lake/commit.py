@@ -61,7 +61,7 @@ def shard_count(lake: str, requested: int | None = None) -> int:
     """The lake's dedup shard count: fixed when the lake is created, so shard files line up."""
     meta_path = join(lake, META_FILE)
     if exists(meta_path):
-        shards = int(read_json(meta_path)["shards"])  # type: ignore[index]
+        shards = int(read_json(meta_path)["shards"])
         if requested is not None and requested != shards:
             raise UsageBillingError(f"the lake at {lake} uses {shards} shards; --shards {requested} differs")
         return shards
@@ -90,7 +90,7 @@ def stages_of(lake: str, step: str) -> list[str]:
     out = []
     for stage in list_folders(join(lake, STAGING)):
         marker = join(stage, STAGE_MARKER)
-        if exists(marker) and read_json(marker).get("step") == step:  # type: ignore[union-attr]
+        if exists(marker) and read_json(marker).get("step") == step:
             out.append(stage)
     return out
 

@@ -16,6 +16,7 @@ import os
 import posixpath
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -42,11 +43,11 @@ def writing(path: str) -> Iterator[None]:
         raise UsageBillingError(f"cannot write {exc.filename or path}: {exc.strerror or exc}") from None
 
 
-def io_errors(fn):  # type: ignore[no-untyped-def]
+def io_errors(fn):
     """``writing`` around a function whose first argument is the path it writes."""
 
     @functools.wraps(fn)
-    def wrapper(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrapper(path, *args, **kwargs):
         with writing(path):
             return fn(path, *args, **kwargs)
 
@@ -70,7 +71,7 @@ def use_filesystem_options(flags: list[str] | None = None) -> None:
 FILESYSTEM_OPTION_GROUPS = ("S3Options", "AzureOptions", "HadoopFileSystemOptions", "GoogleCloudOptions")
 
 
-def _filesystem_parser():  # type: ignore[no-untyped-def]
+def _filesystem_parser():
     import argparse
 
     from apache_beam.options import pipeline_options
@@ -81,7 +82,7 @@ def _filesystem_parser():  # type: ignore[no-untyped-def]
     return parser
 
 
-def _parse_filesystem_flags(flags: list[str]):  # type: ignore[no-untyped-def]
+def _parse_filesystem_flags(flags: list[str]):
     """(the file-system flags as a namespace, the other arguments); a malformed flag is one line."""
     import argparse
 
@@ -104,7 +105,7 @@ def filesystem_flags(flags: list[str]) -> list[str]:
     return list(flags)
 
 
-def filesystem_values(options) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def filesystem_values(options) -> dict[str, object]:
     """The file-system settings among a run's Beam options (not the default ones), by Beam's name."""
     names = {a.dest for a in _filesystem_parser()._actions}
     given = options.get_all_options(drop_default=True, retain_unknown_options=False)
@@ -115,7 +116,7 @@ _S3_CLIENTS: dict[tuple, object] = {}
 _S3_LOCK = threading.Lock()
 
 
-def set_filesystem_options(options) -> None:  # type: ignore[no-untyped-def]
+def set_filesystem_options(options) -> None:
     """``FileSystems.set_options``, and S3 clients made anew for them (see ``_share_s3_clients``)."""
     FileSystems.set_options(options)
     with _S3_LOCK:
@@ -136,7 +137,7 @@ def _share_s3_clients() -> None:
     if getattr(s3io, "_shared_clients", False):
         return
 
-    def client(options):  # type: ignore[no-untyped-def]
+    def client(options):
         if options is None:  # a worker process no one gave options: boto3's own (the AWS_* environment)
             options = {}
         if isinstance(options, PipelineOptions):
@@ -155,8 +156,8 @@ def _share_s3_clients() -> None:
     class _Shared:
         Client = staticmethod(lambda options: client(options))
 
-    s3io.boto3_client = _Shared
-    s3io._shared_clients = True
+    s3io.boto3_client = _Shared  # type: ignore[assignment]  # Beam's module attribute, replaced on purpose
+    s3io._shared_clients = True  # type: ignore[attr-defined]  # our mark that it was replaced
 
 
 _REACHED: set[tuple[str, int]] = set()
@@ -212,12 +213,12 @@ def staging(lake: str, run_id: str) -> str:
     return join(lake, STAGING, run_id)
 
 
-def open_object(path: str):  # type: ignore[no-untyped-def]
+def open_object(path: str):
     """A remote file's bytes as stored: Beam's FileSystems would otherwise decompress a ``.gz`` name."""
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def create_object(path: str):  # type: ignore[no-untyped-def]
+def create_object(path: str):
     """A remote file to write, its bytes stored as given (no compression chosen by the name)."""
     return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -337,6 +338,6 @@ def write_json(path: str, payload: object) -> None:
             handle.write(data)
 
 
-def read_json(path: str) -> object:
+def read_json(path: str) -> Any:  # what the JSON holds
     with open(path, "rb") if is_local(path) else open_object(path) as handle:
         return json.loads(handle.read())

@@ -57,7 +57,7 @@ def quota_meter(
     out.print(f"Beam pipeline {seconds['pipeline']:.1f} s, warehouse load {seconds['load']:.1f} s")
 
 
-def _meter_stale(s, beam_args: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _meter_stale(s, beam_args: list[str]) -> None:
     from pipelines.jobs.run_day import meter_runs, out_of_date_days
 
     days = out_of_date_days(s)

@@ -210,7 +210,7 @@ def _pool_lines(engine: Engine, catalog: Catalog, row: dict, covered: dict[str, 
 def as_dict(charge: Charge) -> dict:
     """The explanation as plain JSON values: times ISO 8601 in UTC, money and prices as exact strings."""
     event = dict(charge.event)
-    event["event_time"] = as_utc(event["event_time"]).isoformat()  # type: ignore[union-attr]
+    event["event_time"] = as_utc(event["event_time"]).isoformat()
     event = {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in event.items()}
     amount = charge.amount
     known = charge.metered and not charge.stale  # else no numbers: they could be wrong

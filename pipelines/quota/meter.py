@@ -104,7 +104,7 @@ SPILL_SCHEMA = pa.schema(
 
 class MeterOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
     @classmethod
-    def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
+    def _add_argparse_args(cls, parser) -> None:
         parser.add_argument("--month", default=None, help="a whole month, YYYY-MM")
 
 
@@ -133,7 +133,7 @@ class ReadAndSpill(beam.DoFn):
     def setup(self) -> None:
         self.index = AccountIndex(self.accounts)
 
-    def process(self, unit: lake.Unit):  # type: ignore[no-untyped-def]
+    def process(self, unit: lake.Unit):
         # Accounts, models and tiers as dictionary arrays until AllocateShard: the read builds no
         # string per row, the account lookup and hash run per distinct account, the shard sort and
         # the spill move 4-byte indices.
@@ -151,7 +151,7 @@ class SpillState(beam.DoFn):
     def __init__(self, stage_root: str, shards: int) -> None:
         self.spill_root, self.shards = lake.join(stage_root, "_spill"), shards
 
-    def process(self, path: str):  # type: ignore[no-untyped-def]
+    def process(self, path: str):
         state = lake.read_parquet(path).select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
         yield from spill_by_account(state, self.spill_root, path, self.shards, "state")
 
@@ -173,7 +173,7 @@ class AllocateShard(beam.DoFn):
         self.catalog, self.first, self.last, self.stage_root = catalog, first, last, stage_root
         self.state_days = state_days
 
-    def process(self, element):  # type: ignore[no-untyped-def]
+    def process(self, element):
         shard, refs = element
         parts: dict[str, list[pa.Table]] = {"events": [], "state": []}
         for kind, path, first, end in refs:
@@ -243,7 +243,7 @@ class StageShardTable(beam.DoFn):
     def __init__(self, stage_root: str) -> None:
         self.stage_root = stage_root
 
-    def process(self, element):  # type: ignore[no-untyped-def]
+    def process(self, element):
         kind, shard, table = element
         lake.write_parquet(lake.join(self.stage_root, kind, f"shard-{shard:04d}.parquet"), table)
 
@@ -270,7 +270,7 @@ class MeterQuota(beam.PTransform):
         self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
         self.shards, self.state_files, self.state_days = shards, state_files, state_days
 
-    def expand(self, units):  # type: ignore[no-untyped-def]
+    def expand(self, units):
         since = None if self.state_files is None else self.first
         refs = units | "ReadAndSpill" >> beam.ParDo(
             ReadAndSpill(self.accounts, self.last, self.stage, self.shards, since)
@@ -306,7 +306,7 @@ def run(argv: list[str] | None = None) -> MeterResult:
         return _run(options, opts, dates, fence)
 
 
-def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> MeterResult:  # type: ignore[no-untyped-def]
+def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> MeterResult:
     catalog = load_catalog(opts.config)
     engine = make_engine(opts.database_url)
     require_schema(engine)
@@ -387,7 +387,7 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
     return MeterResult(counts, notes, seconds)
 
 
-def _with_dependent_days(engine, catalog: Catalog, dates: list[dt.date], notes: list[str]) -> list[dt.date]:  # type: ignore[no-untyped-def]
+def _with_dependent_days(engine, catalog: Catalog, dates: list[dt.date], notes: list[str]) -> list[dt.date]:
     """``dates`` through the already-metered days their events' balances reach (metered again)."""
     later = dependent_days(engine, catalog, dates[-1])
     if not later:

@@ -85,7 +85,7 @@ def stale_dates(engine: Engine, catalog: Catalog, month: str | None = None) -> l
         return [s.day for s in out_of_date(conn, catalog, first, last)]
 
 
-def _in_force(rows: list, day: dt.date) -> str | None:  # type: ignore[type-arg]
+def _in_force(rows: list, day: dt.date) -> str | None:
     """The plan of the row covering ``day`` ("" for pay as you go), None where no row does."""
     for r in rows:
         if r.active_from <= day and (r.active_until is None or day <= r.active_until):
@@ -93,7 +93,7 @@ def _in_force(rows: list, day: dt.date) -> str | None:  # type: ignore[type-arg]
     return None
 
 
-def changed_span(old: list, new: list) -> tuple[dt.date, dt.date | None, bool] | None:  # type: ignore[type-arg]
+def changed_span(old: list, new: list) -> tuple[dt.date, dt.date | None, bool] | None:
     """The first and last local date (None: open) on which an account's plan in force or timezone
     differs between two versions of its rows (an account without rows is metered in UTC with no
     plan), and whether its timezone changed; None if they bill alike."""
@@ -120,13 +120,13 @@ def _shift(day: dt.date, by: dt.timedelta) -> dt.date:
         return dt.date.min if by.days < 0 else dt.date.max
 
 
-def queue_account_changes(conn: Connection, old: list, new: list, now: dt.datetime) -> int:  # type: ignore[type-arg]
+def queue_account_changes(conn: Connection, old: list, new: list, now: dt.datetime) -> int:
     """Queue the metered local days an accounts load changes: for each account whose plan in force
     changed, the days it has usage on within the changed span; whose timezone changed, every day it
     has usage on and ``TIMEZONE_REACH`` days around them (its events move to other local days). Later
     days those balances reach are metered with them (``store.dependent_days``). Returns the days
     queued."""
-    by_account: dict[str, tuple[list, list]] = {}  # type: ignore[type-arg]
+    by_account: dict[str, tuple[list, list]] = {}
     for r in old:
         by_account.setdefault(r.account_id, ([], []))[0].append(r)
     for r in new:
@@ -148,9 +148,10 @@ def queue_account_changes(conn: Connection, old: list, new: list, now: dt.dateti
         # Only the days the chunk's changes can touch: billable_usage is stored by local day first.
         lo = max(dt.date(1, 1, 3), min(spans[a][0] for a in chunk)) - dt.timedelta(days=TIMEZONE_REACH)
         ends = [spans[a][1] for a in chunk]
+        bounded = [end for end in ends if end is not None]
         where = [b.account_id.in_(chunk), b.local_day >= lo]
-        if None not in ends:
-            where.append(b.local_day <= max(ends) + dt.timedelta(days=TIMEZONE_REACH))  # type: ignore[type-var,operator]
+        if len(bounded) == len(ends):  # no span open to the end of time
+            where.append(b.local_day <= max(bounded) + dt.timedelta(days=TIMEZONE_REACH))
         rows = conn.execute(select(b.account_id, b.local_day).distinct().where(*where))
         for account, day in rows:
             day = as_date(day)
@@ -172,16 +173,16 @@ def queue_account_changes(conn: Connection, old: list, new: list, now: dt.dateti
     q = MeterQueue.__table__
     reason = f"an accounts load changed {len(spans)} account(s)"
     for i in range(0, len(todo), CHUNK):
-        chunk = todo[i : i + CHUNK]
-        conn.execute(q.delete().where(q.c.local_day.in_(chunk)))
-        conn.execute(q.insert(), [{"local_day": d, "queued_at": now, "reason": reason} for d in chunk])
+        part = todo[i : i + CHUNK]
+        conn.execute(q.delete().where(q.c.local_day.in_(part)))
+        conn.execute(q.insert(), [{"local_day": d, "queued_at": now, "reason": reason} for d in part])
     return len(todo)
 
 
-def account_rows(conn: Connection, ids: list[str]) -> list:  # type: ignore[type-arg]
+def account_rows(conn: Connection, ids: list[str]) -> list:
     """The ``accounts`` rows of ``ids`` as they are now."""
     a = Account.__table__.c
-    out = []
+    out: list = []
     for i in range(0, len(ids), CHUNK):
         out.extend(conn.execute(select(Account.__table__).where(a.account_id.in_(ids[i : i + CHUNK]))))
     return out

@@ -52,7 +52,7 @@ def read_window(dates: list[dt.date], catalog: Catalog) -> tuple[dt.date, dt.dat
     return earliest - dt.timedelta(days=1), dates[-1] + dt.timedelta(days=1)
 
 
-def dependent_days(engine, catalog: Catalog, last: dt.date) -> list[dt.date]:  # type: ignore[no-untyped-def]
+def dependent_days(engine, catalog: Catalog, last: dt.date) -> list[dt.date]:
     """Days after ``last`` that were metered already and whose balances events up to ``last`` can
     change (up to ``Coupling.affects_until``): a run of dates through ``last`` meters them again."""
     until = Coupling(catalog).affects_until(last)
@@ -126,7 +126,7 @@ def _join_spilled(stage: str, spill: str, dataset: str, schema: pa.Schema, days:
     pieces: dict[str, list[tuple[str, int, int]]] = {}
     for sidecar in lake.list_files(folder, "*.json"):
         data = sidecar.removesuffix(".json") + ".arrow"
-        for day, (first, end) in lake.read_json(sidecar).items():  # type: ignore[union-attr]
+        for day, (first, end) in lake.read_json(sidecar).items():
             pieces.setdefault(day, []).append((data, first, end))
     rows = 0
     with lake.IpcSegments() as spills:
@@ -260,7 +260,7 @@ def shard_count(units: list[lake.Unit]) -> int:
     return max(1, min(-(-rows // SHARD_ROWS), 4096))
 
 
-def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, kind: str):  # type: ignore[no-untyped-def]
+def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, kind: str):
     """Write ``table`` as one Arrow IPC file, one record batch range per account shard; yields
     (shard, (kind, file, first batch, end batch))."""
     # An account has many events: hash each account once (2.6x faster than hashing every row).
@@ -288,7 +288,7 @@ def _staged(stage: str, name: str) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
-def load_warehouse(  # type: ignore[no-untyped-def]
+def load_warehouse(
     engine,
     catalog: Catalog,
     stage: str,

@@ -5,7 +5,7 @@ runs with and the warehouse it works on."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -91,7 +91,7 @@ def dates_argv(date: str | None, start: str | None, end: str | None) -> list[str
     return argv
 
 
-def step(label: str, total: int | None = None):  # type: ignore[no-untyped-def]
+def step(label: str, total: int | None = None):
     """What a long command shows on a terminal while it runs (nothing into a file or a pipe): a
     spinner with ``label``, or with ``total`` steps a bar that each ``update(name)`` advances."""
     if total is None:
@@ -120,8 +120,8 @@ class _Steps:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
 
     def update(self, text: str) -> None:
         """A new step starts: the bar counts the one before as done."""

@@ -16,8 +16,8 @@ from pipelines.errors import UsageBillingError
 try:
     from distributed import Client, WorkerPlugin
 except ImportError:  # without the dask extra: prepare_workers says so
-    Client = None  # type: ignore[assignment,misc]
-    WorkerPlugin = object  # type: ignore[assignment,misc]
+    Client = None  # type: ignore[assignment,misc]  # stands for the optional class when it is absent
+    WorkerPlugin = object  # type: ignore[assignment,misc]  # the same: a base class to subclass
 from pipelines.lake.paths import filesystem_values
 
 PLUGIN = "usage-billing-filesystems"
@@ -36,7 +36,7 @@ class FileSystemSettings(WorkerPlugin):
     def __init__(self, values: dict[str, object]) -> None:
         self.values = values
 
-    def setup(self, worker) -> None:  # type: ignore[no-untyped-def]
+    def setup(self, worker) -> None:
         from apache_beam.options.pipeline_options import PipelineOptions
 
         from pipelines.lake.paths import set_filesystem_options
@@ -44,7 +44,7 @@ class FileSystemSettings(WorkerPlugin):
         set_filesystem_options(PipelineOptions.from_dictionary(self.values))
 
 
-def prepare_workers(options) -> None:  # type: ignore[no-untyped-def]
+def prepare_workers(options) -> None:
     """Register ``FileSystemSettings`` with the run's Dask cluster (``--dask_client_address`` or
     ``--dask_scheduler_file``). Without either the DaskRunner starts a local cluster of its own, whose
     workers inherit this process's environment but not its flags."""

@@ -41,7 +41,7 @@ class CommonOptions(PipelineOptions):
     discards any other flag (``--shards``, ``--month``) even though the step reads it."""
 
     @classmethod
-    def _add_argparse_args(cls, parser) -> None:  # type: ignore[no-untyped-def]
+    def _add_argparse_args(cls, parser) -> None:
         parser.add_argument("--config", default=DEFAULT_CONFIG, help="catalog TOML")
         parser.add_argument("--database_url", default=DEFAULT_DATABASE_URL)
         parser.add_argument("--lake", default=DEFAULT_LAKE)
@@ -148,7 +148,7 @@ def date_range(opts: CommonOptions) -> list[dt.date]:
     return [start + dt.timedelta(days=i) for i in range(days)]
 
 
-def make_pipeline(options: PipelineOptions):  # type: ignore[no-untyped-def]
+def make_pipeline(options: PipelineOptions):
     """A Beam pipeline for ``options``; an unknown ``--runner`` is a user error, not a traceback."""
     import apache_beam as beam
 
@@ -161,7 +161,7 @@ def make_pipeline(options: PipelineOptions):  # type: ignore[no-untyped-def]
 
 
 # -- user errors raised inside a worker thread ------------------------------------------------
-def _harness_print(*args, file=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def _harness_print(*args, file=None, **kwargs) -> None:
     """``print`` for Beam's SDK harness: it prints the traceback of a failed bundle to stderr before
     reporting it to the runner; a user error's is left to ``run_pipeline``, anything else printed."""
     if file is sys.stderr and args and isinstance(args[0], str) and user_error_in(args[0]) is not None:
@@ -170,7 +170,7 @@ def _harness_print(*args, file=None, **kwargs) -> None:  # type: ignore[no-untyp
 
 
 @contextlib.contextmanager
-def run_pipeline(options: PipelineOptions) -> Iterator:  # type: ignore[type-arg]
+def run_pipeline(options: PipelineOptions) -> Iterator:
     """``with run_pipeline(options) as p:`` builds a pipeline and runs it on leaving the block.
 
     A user error raised in a DoFn comes out as that error whether the runner ran it on this thread or
@@ -198,7 +198,7 @@ def run_pipeline(options: PipelineOptions) -> Iterator:  # type: ignore[type-arg
         _close_runner_client(pipeline)
 
 
-def _close_runner_client(pipeline) -> None:  # type: ignore[no-untyped-def]
+def _close_runner_client(pipeline) -> None:
     """The DaskRunner connects a client to the cluster for each run and leaves it open (an Airflow
     worker running one pipeline after another would pile them up); its result holds it."""
     client = getattr(getattr(pipeline, "result", None), "client", None)
@@ -216,7 +216,7 @@ def _keep(element: tuple[str, object], kind: str) -> list[object]:
     return [element[1]] if element[0] == kind else []
 
 
-def split(pcoll, label: str, kinds: tuple[str, ...]) -> dict:  # type: ignore[no-untyped-def]
+def split(pcoll, label: str, kinds: tuple[str, ...]) -> dict:
     """{kind: PCollection of the payloads of that kind} from a PCollection of (kind, payload)."""
     import apache_beam as beam
 

@@ -42,7 +42,7 @@ def tune_allocator(libc: object | None = None) -> bool:
     823-837 -> 977-1005 MB; with 4 MiB 895-901 MB, ingest's speed the same).
     Returns whether the C library took the settings (False where it is not glibc)."""
     try:
-        mallopt = (libc if libc is not None else ctypes.CDLL(None)).mallopt  # type: ignore[attr-defined]
+        mallopt = (libc if libc is not None else ctypes.CDLL(None)).mallopt  # type: ignore[attr-defined]  # a C function ctypes finds at run time
     except (OSError, AttributeError):
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

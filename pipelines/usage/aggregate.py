@@ -46,7 +46,7 @@ class PartialUsageByDay(beam.DoFn):
     """One unit of row groups -> partial usage per UTC day. Reading and summing in one step keeps the
     rows themselves from ever becoming a Beam element (only the small partials are)."""
 
-    def process(self, unit: lake.Unit):  # type: ignore[no-untyped-def]
+    def process(self, unit: lake.Unit):
         partial = partial_usage(lake.read_unit(unit, LAKE_COLUMNS))
         days = partial.usage["day"].unique()
         if len(days) == 1:
@@ -70,10 +70,10 @@ class CombineDayPartials(beam.CombineFn):
             else acc
         )
 
-    def merge_accumulators(self, accs: Iterable[list[DayPartials]]) -> list[DayPartials]:
+    def merge_accumulators(self, accs: Iterable[list[DayPartials | bytes]]) -> list[DayPartials | bytes]:
         return [DayPartials.combine([DayPartials.unpacked(p) for acc in accs for p in acc])]
 
-    def compact(self, acc: list[DayPartials]) -> list[DayPartials]:
+    def compact(self, acc: list[DayPartials | bytes]) -> list[DayPartials | bytes]:
         """Called before an accumulator is shipped between stages: one re-summed partial as compressed
         Arrow IPC bytes (the runner's data plane holds shipped bytes several times over)."""
         return [DayPartials.combine([DayPartials.unpacked(p) for p in acc]).packed()]
@@ -91,7 +91,7 @@ class StageDay(beam.DoFn):
     def __init__(self, stage_root: str) -> None:
         self.stage_root = stage_root
 
-    def process(self, element):  # type: ignore[no-untyped-def]
+    def process(self, element):
         day, partials = element
         for name in OUTPUTS:
             path = lake.join(lake.partition(self.stage_root, name, day), "part-0000.parquet")
@@ -102,7 +102,7 @@ class StageDay(beam.DoFn):
 class DailyUsage(beam.PTransform):
     """Units of row groups (``lake.row_group_units``) -> (day, DayPartials) pairs, one per UTC day."""
 
-    def expand(self, units):  # type: ignore[no-untyped-def]
+    def expand(self, units):
         return (
             units
             | "PartialUsage" >> beam.ParDo(PartialUsageByDay())
@@ -130,7 +130,7 @@ def run(argv: list[str] | None = None) -> dict[dt.date, int]:
         return _run(options, opts, dates, fence)
 
 
-def _run(options, opts: AggregateOptions, dates: list[dt.date], fence: Fence) -> dict[dt.date, int]:  # type: ignore[no-untyped-def]
+def _run(options, opts: AggregateOptions, dates: list[dt.date], fence: Fence) -> dict[dt.date, int]:
     engine = make_engine(opts.database_url)
     require_schema(engine)
     require_lake(engine, opts.lake, "usage aggregate")

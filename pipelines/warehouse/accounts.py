@@ -126,13 +126,13 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
                 raise UsageBillingError(
                     f"{where}: unknown timezone {tz!r}: it {zones[tz]} (use an IANA name like Europe/Berlin)"
                 )
-            start = _date((rec["active_from"] or "").strip(), where, "active_from")
+            active_from = _date((rec["active_from"] or "").strip(), where, "active_from")
             until_text = (rec["active_until"] or "").strip()
             until = _date(until_text, where, "active_until") if until_text else None
-            if until is not None and until < start:
-                raise UsageBillingError(f"{where}: active_until {until} is before active_from {start}")
+            if until is not None and until < active_from:
+                raise UsageBillingError(f"{where}: active_until {until} is before active_from {active_from}")
             contact = {c: _contact(rec.get(c), where, c) for c in CONTACT_COLUMNS}
-            rows.append(AccountRow(account, plan, tz, start, until, **contact))
+            rows.append(AccountRow(account, plan, tz, active_from, until, **contact))
     _check_overlaps(rows, path)
     return rows
 
@@ -189,7 +189,7 @@ def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
     return len(rows)
 
 
-def load_accounts_table(engine) -> pa.Table:  # type: ignore[no-untyped-def]
+def load_accounts_table(engine) -> pa.Table:
     t = Account.__table__
     with engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(select(t))]

@@ -41,6 +41,14 @@ def where(lake_root: str) -> str:
     return lake_root.rstrip("/")
 
 
+def _recorded(engine: Engine) -> Binding:
+    """The binding a step has just recorded."""
+    found = current(engine)
+    if found is None:
+        raise UsageBillingError("the lake binding just recorded is not in the warehouse")
+    return found
+
+
 def current(engine: Engine) -> Binding | None:
     b = LakeBinding.__table__.c
     with engine.connect() as conn:
@@ -91,7 +99,7 @@ def require_lake(
     engine: Engine,
     lake_root: str,
     step: str,
-    create: Callable[[], None] | None = None,
+    create: Callable[[], object] | None = None,
     bind: bool = True,
 ) -> Binding:
     """The warehouse's binding, after checking that ``lake_root`` is its lake (binding an unbound
@@ -124,7 +132,7 @@ def require_lake(
         )
     if bound is None:
         _record(engine, lake_id, lake_root, f"first bound by {step}")
-        return current(engine)  # type: ignore[return-value]
+        return _recorded(engine)
     if lake_id != bound.lake_id:
         raise UsageBillingError(
             f"{step}: the lake at {where(lake_root)} is lake {lake_id}, but this warehouse was built "
@@ -158,7 +166,7 @@ def rebind(engine: Engine, lake_root: str, reason: str) -> tuple[Binding | None,
         before = current(engine)
         moved = f"from lake {before.lake_id} at {before.lake_path}" if before else "from no lake"
         _record(engine, lake_id, lake_root, f"lake rebind {moved}: {reason.strip()}")
-    return before, current(engine)  # type: ignore[return-value]
+    return before, _recorded(engine)
 
 
 def require_partitions(engine: Engine, lake_root: str, dates: list[dt.date], step: str) -> None:

@@ -7,14 +7,13 @@ the previous rows in place.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import io
 import itertools
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +36,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 
 from pipelines.errors import UsageBillingError
 from pipelines.runtime import faults
+from pipelines.warehouse import sqlite_files
 from pipelines.warehouse.locks import APPLICATION_NAME
 
 INSERT_BATCH_ROWS = 20_000
@@ -47,6 +47,10 @@ def as_date(value: object) -> dt.date:
     return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
 
 
+@overload
+def as_utc(value: dt.datetime) -> dt.datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
 def as_utc(value: dt.datetime | None) -> dt.datetime | None:
     """A stored time in UTC (SQLite hands it back without a zone)."""
     if value is None:
@@ -75,44 +79,13 @@ def _unencoded_password(url: str) -> bool:
     return bool(sep) and rest.count("@") > 1
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent through a crash of the process
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
-
-
-_SQLITE_FILES: dict[str, tuple[int, int]] = {}  # file -> (device, inode) when this process first opened it
-
-
-def _remember_file(path: str):  # type: ignore[no-untyped-def]
-    def on_connect(_dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
-        with contextlib.suppress(OSError):
-            st = os.stat(path)
-            _SQLITE_FILES.setdefault(os.path.abspath(path), (st.st_dev, st.st_ino))
-
-    return on_connect
-
-
-def forget_warehouses() -> None:
-    _SQLITE_FILES.clear()
-
-
-def vanished_warehouses() -> list[str]:
-    """SQLite files this process wrote that are gone or replaced since: what went into them is lost
-    (SQLite keeps writing to a deleted file's inode), so the command must not report success."""
-    lost = []
-    for path, ident in _SQLITE_FILES.items():
-        try:
-            st = os.stat(path)
-        except OSError:
-            lost.append(path)
-            continue
-        if (st.st_dev, st.st_ino) != ident:
-            lost.append(path)
-    return lost
 
 
 def make_engine(url: str) -> Engine:
@@ -137,7 +110,7 @@ def make_engine(url: str) -> Engine:
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
         if parsed.database not in (None, "", ":memory:"):
-            event.listen(engine, "connect", _remember_file(parsed.database))
+            event.listen(engine, "connect", sqlite_files.remember(parsed.database))
     return engine
 
 
@@ -218,7 +191,7 @@ def vacuum(engine: Engine) -> None:
         conn.exec_driver_sql("VACUUM" if engine.dialect.name == "sqlite" else "VACUUM (ANALYZE)")
 
 
-def replace_rows(conn: Connection, table: Table, key: str, values: Iterable[object], rows: pa.Table) -> int:
+def replace_rows(conn: Connection, table: Table, key: str, values: Iterable[Any], rows: pa.Table) -> int:
     """Delete the rows whose ``key`` is in ``values`` and insert ``rows``, on ``conn``'s transaction."""
     values = sorted(set(values))
     for i in range(0, len(values), 500):
@@ -258,11 +231,12 @@ def key_order(rows: pa.Table, keys: list[str]) -> pa.Array:
     values, byte order like SQLite's and PostgreSQL's C collation), packed into one int64 when the
     ranges fit: twice as fast as sorting millions of string keys. Nulls are not expected in keys.
     """
-    ranks = [_ranks(rows[k]) for k in keys]
-    if any(r is None for r in ranks):
+    found = [_ranks(rows[k]) for k in keys]
+    ranks = [r for r in found if r is not None]
+    if len(ranks) < len(found):
         return pc.sort_indices(rows, [(k, "ascending") for k in keys])
-    lows = [int(r.min()) for r in ranks]  # type: ignore[union-attr]
-    spans = [int(r.max()) - low + 1 for r, low in zip(ranks, lows, strict=True)]  # type: ignore[union-attr]
+    lows = [int(r.min()) for r in ranks]
+    spans = [int(r.max()) - low + 1 for r, low in zip(ranks, lows, strict=True)]
     if math.prod(spans) < 2**62:
         packed = np.zeros(rows.num_rows, np.int64)
         for r, low, span in zip(ranks, lows, spans, strict=True):
@@ -315,7 +289,7 @@ def _sqlite_executemany(conn: Connection, table: Table, rows: pa.Table) -> None:
     per = max(1, min(SQLITE_ROWS_PER_INSERT, 999 // width))
     row = f"({', '.join('?' * width)})"
     sql = f"INSERT INTO {conn.dialect.identifier_preparer.format_table(table)} ({names}) VALUES "
-    cursor = conn.connection.driver_connection.cursor()
+    cursor = cast(Any, conn.connection.driver_connection).cursor()  # the driver's own (sqlite3)
     try:
         for start in range(0, rows.num_rows, INSERT_BATCH_ROWS * 5):
             chunk = [_python_values(c.slice(start, INSERT_BATCH_ROWS * 5)) for c in columns]
@@ -363,7 +337,7 @@ def _copy(conn: Connection, table: Table, rows: pa.Table) -> None:
     csv.write_csv(rows, buf, csv.WriteOptions(include_header=False, quoting_style="all_valid"))
     columns = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in rows.column_names)
     target = conn.dialect.identifier_preparer.format_table(table)
-    raw = conn.connection.driver_connection
+    raw = cast(Any, conn.connection.driver_connection)  # the driver's own (psycopg)
     with raw.cursor() as cursor, cursor.copy(f"COPY {target} ({columns}) FROM STDIN (FORMAT csv)") as copy:
         view = buf.getbuffer()
         for start in range(0, len(view), 1 << 20):

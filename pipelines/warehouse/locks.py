@@ -163,7 +163,7 @@ def _pg_lock(engine: Engine, name: str, wait: float) -> Iterator[None]:
             conn.close()
 
 
-def _pg_holder(conn, label: str) -> str:  # type: ignore[no-untyped-def]
+def _pg_holder(conn, label: str) -> str:
     """Who holds the row: the other connection whose application name is this lock's."""
     row = conn.execute(
         text(

@@ -14,7 +14,7 @@ import getpass
 from dataclasses import dataclass
 from decimal import Decimal
 
-from sqlalchemy import Connection, Engine, func, insert, select
+from sqlalchemy import Connection, Engine, Select, func, insert, select
 
 from pipelines.errors import UsageBillingError
 from schemas.lines import usage_ids
@@ -32,7 +32,7 @@ class UnknownAccount:
     amount: Decimal | None = None  # the drafts' total (None where nothing is drafted yet)
 
 
-def _known() -> select:  # type: ignore[valid-type]
+def _known() -> Select:
     return select(Account.__table__.c.account_id)
 
 

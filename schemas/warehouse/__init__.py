@@ -7,12 +7,12 @@ the tables live in ``operations`` (accounts, runs, locks, data quality), ``usage
 adoption), ``billing`` (metering and invoices) and ``effectiveness`` (task outcomes), on ``base.Base``.
 """
 
-from schemas.warehouse.base import (  # noqa: F401
+from schemas.warehouse.base import (
     CLUSTERED,
     NAMING_CONVENTION,
     Base,
 )
-from schemas.warehouse.billing import (  # noqa: F401
+from schemas.warehouse.billing import (
     BillableUsage,
     BilledCatalogRow,
     Invoice,
@@ -26,12 +26,12 @@ from schemas.warehouse.billing import (  # noqa: F401
     PoolUsage,
     UnknownAccountAcceptance,
 )
-from schemas.warehouse.effectiveness import (  # noqa: F401
+from schemas.warehouse.effectiveness import (
     EffectivenessQueue,
     EffectivenessWeek,
     TaskEffectiveness,
 )
-from schemas.warehouse.operations import (  # noqa: F401
+from schemas.warehouse.operations import (
     Account,
     DqAcceptance,
     DqResult,
@@ -41,7 +41,7 @@ from schemas.warehouse.operations import (  # noqa: F401
     PipelineLock,
     RecomputeQueue,
 )
-from schemas.warehouse.usage import (  # noqa: F401
+from schemas.warehouse.usage import (
     ModelDaily,
     ModelMigration,
     ModelWeekly,
@@ -49,3 +49,39 @@ from schemas.warehouse.usage import (  # noqa: F401
     UsageDaily,
     UsageDailyError,
 )
+
+__all__ = [
+    "CLUSTERED",
+    "NAMING_CONVENTION",
+    "Account",
+    "Base",
+    "BillableUsage",
+    "BilledCatalogRow",
+    "DqAcceptance",
+    "DqResult",
+    "EffectivenessQueue",
+    "EffectivenessWeek",
+    "IngestRun",
+    "Invoice",
+    "InvoiceCounter",
+    "InvoiceLine",
+    "InvoicePlan",
+    "LakeBinding",
+    "LockFence",
+    "MeterQueue",
+    "MeteredDate",
+    "MeteredDay",
+    "ModelDaily",
+    "ModelMigration",
+    "ModelWeekly",
+    "PipelineLock",
+    "PoolDraw",
+    "PoolUsage",
+    "RecomputeQueue",
+    "RetirementCandidate",
+    "TaskEffectiveness",
+    "UnknownAccountAcceptance",
+    "UsageDaily",
+    "UsageDailyError",
+    "# noqa: F401",
+]

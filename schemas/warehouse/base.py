@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -15,6 +15,7 @@ from sqlalchemy import (
     MetaData,
     Numeric,
     String,
+    Table,
 )
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TIMESTAMP
@@ -34,6 +35,7 @@ CLUSTERED = {"sqlite_with_rowid": False}
 
 
 class Base(DeclarativeBase):
+    __table__: ClassVar[Table]  # every model here maps one table (SQLAlchemy types it as any FromClause)
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {  # noqa: RUF012
         int: BigInteger,
