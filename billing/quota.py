@@ -18,15 +18,15 @@ what a pool covers of an event depends only on ``min(cum, A)`` before and after 
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from billing.calendar import EPOCH, period_end, period_start
-from billing.plan import SPAN, mask
+from billing.balances import Balances, empty_balances
+from billing.calendar import period_end, period_start
+from billing.plan import mask
 from billing.tokens import kind_matrix, split_pro_rata
 from schemas import tokens
 from schemas.catalog import Catalog, Pool
@@ -61,9 +61,52 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
     the events, when the events are only the rest of their periods; its keys' pool rows come out
     whether or not they have events.
     """
-    n = events.num_rows
     state = empty_balances() if state is None else state.select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
-    # Accounts by code (their names in sorted order), so the sort compares integers first.
+    ev = _ordered(events, state)
+    remaining = ev.demand.copy()  # what no pool has covered yet, per event
+    parts = _Parts(draws=[], pools=[], balances=[state])
+    for plan in catalog.plans:
+        in_plan = mask(pc.equal(ev.plan, plan.id))[ev.order]
+        in_state = mask(pc.equal(state["plan"], plan.id))
+        if not in_plan.any() and not in_state.any():
+            continue
+        for pool in plan.pools_in_draw_order():
+            given = Balances(state, ev.state_code, in_state & mask(pc.equal(state["pool"], pool.id)))
+            pos = np.flatnonzero(in_plan & _covers(ev, pool))
+            if len(pos) == 0 and len(given.keys) == 0:
+                continue
+            keys = _keys(ev, pos, pool, given)
+            running, covered = _draw(keys, remaining, pool.allowance_tokens)
+            exhausted, exhausted_day = _exhaustion(ev, keys, given, running, pool.allowance_tokens)
+            parts.draws.append(_draw_rows(ev, keys, plan.id, pool, covered))
+            parts.pools.append(_key_rows(ev, keys, given, plan.id, pool, covered, exhausted))
+            if len(pos):
+                parts.balances.append(
+                    _day_balances(ev, keys, plan.id, pool, running, exhausted, exhausted_day)
+                )
+    return _result(ev, remaining, parts)
+
+
+@dataclass(frozen=True)
+class _Ordered:
+    """The events as numpy columns in (account, event_time, event_id) order: ``order[i]`` is the
+    input row of the i-th. Accounts are codes into ``accounts`` (their names, sorted), so the sort
+    compares integers first and no string column is reordered."""
+
+    order: np.ndarray
+    accounts: pa.Array
+    account_code: np.ndarray
+    day: np.ndarray  # local day
+    kinds: np.ndarray  # n x kinds (registry order)
+    counted: np.ndarray  # the kinds the allowances count
+    demand: np.ndarray  # tokens the allowances count, per event
+    plan: pa.Array  # input order; "" = pay as you go
+    models: pa.ChunkedArray  # input order
+    times: pa.Array  # input order
+    state_code: np.ndarray  # the state's accounts as codes
+
+
+def _ordered(events: pa.Table, state: pa.Table) -> _Ordered:
     account_ids = events["account_id"].combine_chunks().cast(pa.string())
     accounts = pc.unique(pa.concat_arrays([account_ids, state["account_id"].combine_chunks()]))
     accounts = accounts.take(pc.sort_indices(accounts))
@@ -72,177 +115,207 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
     order = pc.sort_indices(
         keyed, [("account", "ascending"), ("time", "ascending"), ("id", "ascending")]
     ).to_numpy()
-    # Everything below is numpy in (account, time, id) order: per-row tests run on the input's
-    # columns and are permuted, no string column is reordered.
-    account_code = codes.to_numpy(zero_copy_only=False).astype(np.int64)[order]
-    day = events["local_day"].to_numpy().astype("datetime64[D]")[order]
     kinds = kind_matrix(events)[order]
-    counted = np.array([k.allowance for k in tokens.KINDS])  # kinds the allowances count
-    demand = kinds[:, counted].sum(axis=1)
-    remaining = demand.copy()
-    plan_col = pc.fill_null(events["plan"], "")
-    models = events["model"]
-    times = events["event_time"].combine_chunks().cast(TIMESTAMP)
-    state_code = pc.index_in(state["account_id"], value_set=accounts).to_numpy(zero_copy_only=False)
-    draw_parts: list[pa.Table] = []
-    pool_parts: list[pa.Table] = []
-    balance_parts: list[pa.Table] = [state]
-    for plan in catalog.plans:
-        in_plan = mask(pc.equal(plan_col, plan.id))[order]
-        in_state = mask(pc.equal(state["plan"], plan.id))
-        if not in_plan.any() and not in_state.any():
-            continue
-        for pool in plan.pools_in_draw_order():
-            allowance = pool.allowance_tokens
-            given = Balances(state, state_code, in_state & mask(pc.equal(state["pool"], pool.id)))
-            covers = (
-                np.ones(n, bool)
-                if "*" in pool.models
-                else mask(pc.is_in(models, value_set=pa.array(pool.models, pa.string())))[order]
-            )
-            if pool.exclude_models:
-                excluded = pc.is_in(models, value_set=pa.array(pool.exclude_models, pa.string()))
-                covers = covers & ~mask(excluded)[order]
-            pos = np.flatnonzero(in_plan & covers)
-            if len(pos) == 0 and len(given.keys) == 0:
-                continue
-            starts = period_start(day[pos], pool.period)
-            new_key = np.ones(len(pos), bool)
-            new_key[1:] = (account_code[pos][1:] != account_code[pos][:-1]) | (starts[1:] != starts[:-1])
-            seg = np.cumsum(new_key) - 1
-            key_pos = pos[new_key]
-            key_starts = starts[new_key]
-            # The balance each key starts from: what the state says it used (0 for a new key).
-            row, found = given.find(account_code[key_pos], key_starts)
-            offset = given.used_of(row, found)
-            r = remaining[pos]
-            cum = np.cumsum(r)
-            base = (cum - r)[new_key][seg]  # running demand before each key's first event
-            running = cum - base + offset[seg]
-            covered = np.minimum(running, allowance) - np.minimum(running - r, allowance)
-            remaining[pos] -= covered
-            drew = covered > 0
-            draw_parts.append(
-                pa.table(
-                    {
-                        "event_index": order[pos[drew]],
-                        "plan": _repeat(plan.id, int(drew.sum())),
-                        "pool": _repeat(pool.id, int(drew.sum())),
-                        "period_start": starts[drew].astype("datetime64[D]"),
-                        "tokens": covered[drew],
-                    }
-                )
-            )
-            used = offset + (np.add.reduceat(covered, np.flatnonzero(new_key)) if len(pos) else 0)
-            # exhausted_at: the event at which a key's running demand first reaches the allowance, or
-            # the state's time if it ran out before these events.
-            full_idx = np.flatnonzero(running >= allowance)
-            first_of_key = np.r_[True, seg[full_idx][1:] != seg[full_idx][:-1]] if len(full_idx) else full_idx
-            first_full = np.full(len(key_pos), -1)
-            first_full[seg[full_idx][first_of_key]] = full_idx[first_of_key]
-            earlier = (
-                pc.if_else(
-                    pa.array(found), given.exhausted.take(pa.array(row)), pa.nulls(len(key_pos), TIMESTAMP)
-                )
-                if len(given.keys)
-                else pa.nulls(len(key_pos), TIMESTAMP)
-            )
-            exhausted = pc.coalesce(
-                earlier,
-                pc.if_else(
-                    pa.array(first_full >= 0),
-                    times.take(pa.array(order[pos[np.maximum(first_full, 0)]])),
-                    pa.nulls(len(key_pos), TIMESTAMP),
-                ),
-            )
-            exhausted_day = np.where(
-                first_full >= 0, day[pos[np.maximum(first_full, 0)]], np.datetime64("NaT")
-            )
-            exhausted_day = np.where(
-                found & ~mask(pc.is_null(earlier)), np.datetime64("1970-01-01"), exhausted_day
-            )
-            key_accounts = accounts.take(pa.array(account_code[key_pos]))
-            # Keys of the state without events here keep their balance.
-            idle = ~given.matched(row[found])
-            pool_parts.append(
-                _pool_rows(
-                    pa.concat_arrays([key_accounts, given.accounts.filter(pa.array(idle))]),
-                    plan.id,
-                    pool,
-                    np.concatenate([key_starts, given.starts[idle]]),
-                    np.concatenate([used, given.used[idle]]),
-                    pa.concat_arrays(
-                        [exhausted, given.exhausted.filter(pa.array(idle)).cast(exhausted.type)]
-                    ),
-                )
-            )
-            # Each key's balance at the end of each local day with events: the last event of the day.
-            if len(pos):
-                last_of_day = np.ones(len(pos), bool)
-                last_of_day[:-1] = new_key[1:] | (day[pos][1:] != day[pos][:-1])
-                k = seg[last_of_day]
-                on = day[pos][last_of_day]
-                out_of = ~np.isnat(exhausted_day[k]) & (exhausted_day[k] <= on)
-                balance_parts.append(
-                    pa.table(
-                        {
-                            "account_id": key_accounts.take(pa.array(k)),
-                            "plan": _repeat(plan.id, len(k)),
-                            "pool": _repeat(pool.id, len(k)),
-                            "period_start": key_starts[k],
-                            "period_end": period_end(key_starts[k], pool.period),
-                            "local_day": on,
-                            "used": np.minimum(running[last_of_day], allowance),
-                            "exhausted_at": pc.if_else(
-                                pa.array(out_of),
-                                exhausted.take(pa.array(k)),
-                                pa.nulls(len(k), exhausted.type),
-                            ),
-                        },
-                        schema=BALANCE_SCHEMA,
-                    )
-                )
-    included_sorted = np.zeros_like(kinds)
-    included_sorted[:, counted] = split_pro_rata(demand - remaining, kinds[:, counted])
+    counted = np.array([k.allowance for k in tokens.KINDS])
+    return _Ordered(
+        order=order,
+        accounts=accounts,
+        account_code=codes.to_numpy(zero_copy_only=False).astype(np.int64)[order],
+        day=events["local_day"].to_numpy().astype("datetime64[D]")[order],
+        kinds=kinds,
+        counted=counted,
+        demand=kinds[:, counted].sum(axis=1),
+        plan=pc.fill_null(events["plan"], "").combine_chunks(),
+        models=events["model"],
+        times=events["event_time"].combine_chunks().cast(TIMESTAMP),
+        state_code=pc.index_in(state["account_id"], value_set=accounts).to_numpy(zero_copy_only=False),
+    )
+
+
+def _covers(ev: _Ordered, pool: Pool) -> np.ndarray:
+    """Which events (in sorted order) the pool's models cover."""
+    if "*" in pool.models:
+        covers = np.ones(len(ev.order), bool)
+    else:
+        covers = mask(pc.is_in(ev.models, value_set=pa.array(pool.models, pa.string())))[ev.order]
+    if pool.exclude_models:
+        excluded = pc.is_in(ev.models, value_set=pa.array(pool.exclude_models, pa.string()))
+        covers = covers & ~mask(excluded)[ev.order]
+    return covers
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """One pool's events grouped by balance key (account, period start); the events of a key are
+    consecutive, since they are sorted by account and time."""
+
+    pos: np.ndarray  # the events the pool covers (positions in sorted order)
+    starts: np.ndarray  # each event's period start
+    new_key: np.ndarray  # does the event start a key?
+    seg: np.ndarray  # each event's key number
+    first: np.ndarray  # each key's first event (position in sorted order)
+    key_starts: np.ndarray
+    accounts: pa.Array  # each key's account
+    row: np.ndarray  # each key's row in the given balances, and whether it has one
+    found: np.ndarray
+    offset: np.ndarray  # what each key had used before these events (0 for a new key)
+
+
+def _keys(ev: _Ordered, pos: np.ndarray, pool: Pool, given: Balances) -> _Keys:
+    starts = period_start(ev.day[pos], pool.period)
+    code = ev.account_code[pos]
+    new_key = np.ones(len(pos), bool)
+    new_key[1:] = (code[1:] != code[:-1]) | (starts[1:] != starts[:-1])
+    first = pos[new_key]
+    key_starts = starts[new_key]
+    row, found = given.find(ev.account_code[first], key_starts)
+    return _Keys(
+        pos=pos,
+        starts=starts,
+        new_key=new_key,
+        seg=np.cumsum(new_key) - 1,
+        first=first,
+        key_starts=key_starts,
+        accounts=ev.accounts.take(pa.array(ev.account_code[first])),
+        row=row,
+        found=found,
+        offset=given.used_of(row, found),
+    )
+
+
+def _draw(keys: _Keys, remaining: np.ndarray, allowance: int) -> tuple[np.ndarray, np.ndarray]:
+    """(running demand of each event's key after it, what the pool covers of each event), one
+    cumulative sum for the whole pool; ``remaining`` loses what the pool covers."""
+    r = remaining[keys.pos]
+    cum = np.cumsum(r)
+    base = (cum - r)[keys.new_key][keys.seg]  # running demand before each key's first event
+    running = cum - base + keys.offset[keys.seg]
+    covered = np.minimum(running, allowance) - np.minimum(running - r, allowance)
+    remaining[keys.pos] -= covered
+    return running, covered
+
+
+def _exhaustion(
+    ev: _Ordered, keys: _Keys, given: Balances, running: np.ndarray, allowance: int
+) -> tuple[pa.Array, np.ndarray]:
+    """Per key: when it ran out (the event at which its running demand first reaches the allowance,
+    or the given balance's time if it ran out before these events), and on which local day (the
+    epoch for an earlier run-out, NaT for none)."""
+    n = len(keys.first)
+    full_idx = np.flatnonzero(running >= allowance)
+    first_of_key = (
+        np.r_[True, keys.seg[full_idx][1:] != keys.seg[full_idx][:-1]] if len(full_idx) else full_idx
+    )
+    first_full = np.full(n, -1)
+    first_full[keys.seg[full_idx][first_of_key]] = full_idx[first_of_key]
+    earlier = (
+        pc.if_else(pa.array(keys.found), given.exhausted.take(pa.array(keys.row)), pa.nulls(n, TIMESTAMP))
+        if len(given.keys)
+        else pa.nulls(n, TIMESTAMP)
+    )
+    at_event = keys.pos[np.maximum(first_full, 0)]
+    exhausted = pc.coalesce(
+        earlier,
+        pc.if_else(
+            pa.array(first_full >= 0), ev.times.take(pa.array(ev.order[at_event])), pa.nulls(n, TIMESTAMP)
+        ),
+    )
+    day = np.where(first_full >= 0, ev.day[at_event], np.datetime64("NaT"))
+    day = np.where(keys.found & ~mask(pc.is_null(earlier)), np.datetime64("1970-01-01"), day)
+    return exhausted, day
+
+
+def _draw_rows(ev: _Ordered, keys: _Keys, plan: str, pool: Pool, covered: np.ndarray) -> pa.Table:
+    """One row per event the pool covered some of."""
+    drew = covered > 0
+    return pa.table(
+        {
+            "event_index": ev.order[keys.pos[drew]],
+            "plan": _repeat(plan, int(drew.sum())),
+            "pool": _repeat(pool.id, int(drew.sum())),
+            "period_start": keys.starts[drew].astype("datetime64[D]"),
+            "tokens": covered[drew],
+        }
+    )
+
+
+def _key_rows(
+    ev: _Ordered,
+    keys: _Keys,
+    given: Balances,
+    plan: str,
+    pool: Pool,
+    covered: np.ndarray,
+    exhausted: pa.Array,
+) -> pa.Table:
+    """One pool row per key: the keys with events, then the given keys without (they keep their balance)."""
+    used = keys.offset + (np.add.reduceat(covered, np.flatnonzero(keys.new_key)) if len(keys.pos) else 0)
+    idle = ~given.matched(keys.row[keys.found])
+    return _pool_rows(
+        pa.concat_arrays([keys.accounts, given.accounts.filter(pa.array(idle))]),
+        plan,
+        pool,
+        np.concatenate([keys.key_starts, given.starts[idle]]),
+        np.concatenate([used, given.used[idle]]),
+        pa.concat_arrays([exhausted, given.exhausted.filter(pa.array(idle)).cast(exhausted.type)]),
+    )
+
+
+def _day_balances(
+    ev: _Ordered,
+    keys: _Keys,
+    plan: str,
+    pool: Pool,
+    running: np.ndarray,
+    exhausted: pa.Array,
+    exhausted_day: np.ndarray,
+) -> pa.Table:
+    """Each key's balance at the end of each local day with events: as of the day's last event."""
+    day = ev.day[keys.pos]
+    last_of_day = np.ones(len(keys.pos), bool)
+    last_of_day[:-1] = keys.new_key[1:] | (day[1:] != day[:-1])
+    k = keys.seg[last_of_day]
+    on = day[last_of_day]
+    out_of = ~np.isnat(exhausted_day[k]) & (exhausted_day[k] <= on)
+    return pa.table(
+        {
+            "account_id": keys.accounts.take(pa.array(k)),
+            "plan": _repeat(plan, len(k)),
+            "pool": _repeat(pool.id, len(k)),
+            "period_start": keys.key_starts[k],
+            "period_end": period_end(keys.key_starts[k], pool.period),
+            "local_day": on,
+            "used": np.minimum(running[last_of_day], pool.allowance_tokens),
+            "exhausted_at": pc.if_else(
+                pa.array(out_of), exhausted.take(pa.array(k)), pa.nulls(len(k), exhausted.type)
+            ),
+        },
+        schema=BALANCE_SCHEMA,
+    )
+
+
+@dataclass(frozen=True)
+class _Parts:
+    draws: list[pa.Table]
+    pools: list[pa.Table]
+    balances: list[pa.Table]
+
+
+def _result(ev: _Ordered, remaining: np.ndarray, parts: _Parts) -> Allocation:
+    """Included tokens split across the counted kinds pro rata, back in input order."""
+    included_sorted = np.zeros_like(ev.kinds)
+    included_sorted[:, ev.counted] = split_pro_rata(ev.demand - remaining, ev.kinds[:, ev.counted])
     included = np.empty_like(included_sorted)
-    included[order] = included_sorted
-    overage = np.empty_like(kinds)
-    overage[order] = kinds - included_sorted
-    draws = pa.concat_tables(draw_parts) if draw_parts else _empty_draws()
-    pools = pa.concat_tables(pool_parts) if pool_parts else _empty_pools()
-    return Allocation(included, overage, draws, pools, pa.concat_tables(balance_parts))
-
-
-class Balances:
-    """The rows of a state for one plan's pool, searchable by (account code, period start)."""
-
-    def __init__(self, state: pa.Table, codes: np.ndarray, rows: np.ndarray) -> None:
-        starts = state["period_start"].to_numpy().astype("datetime64[D]")[rows]
-        keys = codes[rows].astype(np.int64) * SPAN + (starts - EPOCH).astype(np.int64)
-        order = np.argsort(keys, kind="stable")
-        self.keys, self.starts = keys[order], starts[order]
-        taken = state.filter(pa.array(rows)).take(pa.array(order))
-        self.accounts = taken["account_id"].combine_chunks()
-        self.used = taken["used"].to_numpy()
-        self.exhausted = taken["exhausted_at"].combine_chunks()
-
-    def find(self, codes: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(row, found) for each key; ``row`` is 0 where not found."""
-        if len(self.keys) == 0:
-            return np.zeros(len(codes), np.int64), np.zeros(len(codes), bool)
-        keys = codes * SPAN + (starts - EPOCH).astype(np.int64)
-        row = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        return row, self.keys[row] == keys
-
-    def used_of(self, row: np.ndarray, found: np.ndarray) -> np.ndarray:
-        if len(self.keys) == 0:
-            return np.zeros(len(row), np.int64)
-        return np.where(found, self.used[row], 0)
-
-    def matched(self, rows: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(self.keys), bool)
-        out[rows] = True
-        return out
+    included[ev.order] = included_sorted
+    overage = np.empty_like(ev.kinds)
+    overage[ev.order] = ev.kinds - included_sorted
+    return Allocation(
+        included,
+        overage,
+        pa.concat_tables(parts.draws) if parts.draws else _empty_draws(),
+        pa.concat_tables(parts.pools) if parts.pools else _empty_pools(),
+        pa.concat_tables(parts.balances),
+    )
 
 
 def _pool_rows(
@@ -266,40 +339,6 @@ def _pool_rows(
             "remaining": pool.allowance_tokens - used.astype(np.int64),
             "exhausted_at": exhausted,
         }
-    )
-
-
-def empty_balances() -> pa.Table:
-    return BALANCE_SCHEMA.empty_table()
-
-
-def balances_at(balances: pa.Table, first: dt.date, last: dt.date) -> pa.Table:
-    """Each balance key's state at the end of every local day from ``first`` to ``last`` whose next
-    day is still in the key's period: its latest row on or before that day (``local_day`` = the day).
-    Keys without an event by then have no row: a later run starts them at zero."""
-    if balances.num_rows == 0:
-        return empty_balances()
-    keys = ["account_id", "plan", "pool", "period_start"]
-    rows = balances.take(pc.sort_indices(balances, [(k, "ascending") for k in [*keys, "local_day"]]))
-    day = rows["local_day"].to_numpy().astype("datetime64[D]")
-    same_key = np.ones(rows.num_rows, bool)
-    for k in keys:
-        v = rows[k].combine_chunks()
-        same_key[:-1] &= pc.equal(v.slice(1), v.slice(0, len(v) - 1)).to_numpy(zero_copy_only=False)
-    same_key[-1] = False  # does the next row belong to the same key?
-    next_day = np.where(same_key, np.roll(day, -1), np.datetime64("9999-12-31"))
-    end = rows["period_end"].to_numpy().astype("datetime64[D]")
-    lo = np.maximum(day, np.datetime64(first, "D"))
-    hi = np.minimum(np.minimum(next_day, end) - 1, np.datetime64(last, "D"))
-    count = np.maximum((hi - lo).astype(np.int64) + 1, 0)
-    if count.sum() == 0:
-        return empty_balances()
-    at = np.repeat(np.arange(rows.num_rows), count)
-    step = np.arange(len(at)) - np.repeat(np.cumsum(count) - count, count)
-    out = rows.take(pa.array(at))
-    days = np.repeat(lo, count) + step
-    return out.set_column(
-        out.schema.get_field_index("local_day"), "local_day", pa.array(days).cast(pa.date32())
     )
 
 

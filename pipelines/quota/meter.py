@@ -47,9 +47,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from billing.balances import balances_at
 from billing.billable import billable_rows, metered_days
 from billing.plan import AccountIndex, attach_accounts
-from billing.quota import allocate, balances_at
+from billing.quota import allocate
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.dedup import HASH

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from billing.balances import balances_at
 from billing.calendar import local_dates, period_start
-from billing.quota import allocate, balances_at
+from billing.quota import allocate
 from billing.tokens import split_pro_rata
 from schemas.catalog import parse_catalog
 from tests.reference_billing import period_of, split
