@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -253,120 +251,6 @@ def _first_per_run(keys: np.ndarray) -> np.ndarray:
     if len(keys) == 0:
         return np.zeros(0, np.int64)
     return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-
-
-def half_up(value: Fraction) -> int:
-    """A non-negative fraction rounded half-up to a whole number."""
-    return int((value * 2 + 1) // 2)
-
-
-def cents(value: Fraction) -> Decimal:
-    """A non-negative exact amount, half-up to cents."""
-    return Decimal(half_up(value * 100)) / 100
-
-
-def nearest_rank(sorted_values: np.ndarray, q_num: int, q_den: int) -> int:
-    """The ceil(q x n)-th smallest of ``sorted_values`` (q = q_num / q_den)."""
-    n = len(sorted_values)
-    rank = -(-q_num * n // q_den)
-    return int(sorted_values[max(rank, 1) - 1])
-
-
-def group_metrics(task_rows: pa.Table, rework_cost_per_hour: Decimal) -> list[dict[str, Any]]:
-    """Per (week_start, model, speed_tier, task_class), and per (week_start, model, speed_tier) with
-    task_class ``*``: the figures of DESIGN's effectiveness contract, sorted by the group keys."""
-    if task_rows.num_rows == 0:
-        return []
-    per_hour = Fraction(rework_cost_per_hour)
-    n_rows = task_rows.num_rows
-    # Integer codes that sort as the keys do (the distinct values sorted), each task twice: under its
-    # class and under "*"; one lexsort orders the groups and, inside each, the end-to-end times.
-    week = _days(task_rows["week_start"])
-    models, model_names = _codes(task_rows["model"])
-    tiers, tier_names = _codes(task_rows["speed_tier"])
-    classes, class_names = _codes(
-        pa.concat_arrays([_plain(task_rows["task_class"]), pa.array([ALL_CLASSES])])
-    )
-    star = class_names.index(ALL_CLASSES)
-    keys = [np.tile(week, 2), np.tile(models, 2), np.tile(tiers, 2)]
-    keys.append(np.concatenate([classes[:n_rows], np.full(n_rows, star, classes.dtype)]))
-    e2e = np.tile(task_rows["e2e_us"].to_numpy(), 2)
-    order = np.lexsort((e2e, *reversed(keys)))
-    keys = [k[order] for k in keys]
-    e2e = e2e[order]
-    change = np.zeros(len(order), bool)
-    for k in keys:
-        change[1:] |= k[1:] != k[:-1]
-    change[0] = True
-    starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], len(order))
-    ints = {c: np.tile(task_rows[c].to_numpy(), 2)[order] for c in ("model_ms", "rework_ms")}
-    flags = {
-        c: np.tile(task_rows[c].to_numpy(zero_copy_only=False).astype(np.int64), 2)[order]
-        for c in ("one_pass", "reworked", "abandoned", "mixed")
-    }
-    cum = {c: np.concatenate(([0], np.cumsum(v))) for c, v in {**flags, **ints, "e2e_us": e2e}.items()}
-    group = np.repeat(np.arange(len(starts)), ends - starts)
-    costs = task_rows["token_cost"].combine_chunks() if n_rows else pa.array([], COST)
-    cost_sums = (
-        pa.table({"g": group, "c": pa.concat_arrays([costs, costs]).take(pa.array(order))})
-        .group_by("g")
-        .aggregate([("c", "sum")])
-        .sort_by("g")["c_sum"]
-        .to_pylist()
-    )
-    names = [
-        [dt.date(1970, 1, 1) + dt.timedelta(days=int(d)) for d in keys[0][starts]],
-        [model_names[i] for i in keys[1][starts]],
-        [tier_names[i] for i in keys[2][starts]],
-        [class_names[i] for i in keys[3][starts]],
-    ]
-    keys_py = names
-    out = []
-    for g, (s, e) in enumerate(zip(starts, ends, strict=True)):
-        n = int(e - s)
-        total = {c: int(cum[c][e] - cum[c][s]) for c in cum}
-        accepted = total["one_pass"] + total["reworked"]
-        token_exact = Fraction(cost_sums[g]) / 1_000_000
-        rework_exact = Fraction(total["rework_ms"]) * per_hour / MS_PER_HOUR
-        values = np.asarray(e2e[s:e])  # sorted within the group
-        out.append(
-            {
-                **{k: keys_py[i][g] for i, k in enumerate(GROUP_KEYS)},
-                "tasks": n,
-                "one_pass": total["one_pass"],
-                "reworked": total["reworked"],
-                "abandoned": total["abandoned"],
-                "mixed": total["mixed"],
-                "one_pass_rate": total["one_pass"] / n,
-                "rework_share": total["reworked"] / n,
-                "abandon_share": total["abandoned"] / n,
-                "e2e_ms_mean": half_up(Fraction(total["e2e_us"], 1000 * n)),
-                "e2e_ms_p50": Decimal(nearest_rank(values, 1, 2)) / 1000,  # exact: three decimals at most
-                "e2e_ms_p90": Decimal(nearest_rank(values, 9, 10)) / 1000,
-                "model_ms_mean": half_up(Fraction(total["model_ms"], n)),
-                "rework_ms_total": total["rework_ms"],
-                "token_cost": cents(token_exact),
-                "rework_cost": cents(rework_exact),
-                "cost_per_accepted_task": cents((token_exact + rework_exact) / accepted)
-                if accepted
-                else None,
-            }
-        )
-    return out
-
-
-def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """The 95% Wilson score interval of a proportion (0, 0 for n = 0)."""
-    if n == 0:
-        return (0.0, 0.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return (low, high)
 
 
 def complete_weeks(first: dt.date, last: dt.date) -> list[dt.date]:

@@ -126,31 +126,7 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
     sel = events.filter(pc.equal(events["model"], model))
     n = sel.num_rows
     day = sel["local_day"].to_numpy(zero_copy_only=False).astype("datetime64[D]")
-    # Each event has one plan, so the per-plan matches below never overlap.
-    exhausted = np.full(n, np.datetime64("NaT"), dtype="datetime64[us]")
-    for plan in catalog.plans:
-        pool = main_pool(plan)
-        if pool is None:
-            continue
-        keyed = pa.table(
-            {
-                "_row": np.arange(n),
-                "account_id": sel["account_id"],
-                "plan": sel["plan"],
-                "period_start": pa.array(period_start(day, pool.period)).cast(pa.date32()),
-            }
-        )
-        keyed = keyed.filter(pc.equal(keyed["plan"], plan.id))
-        balances = pools.filter(pc.and_(pc.equal(pools["plan"], plan.id), pc.equal(pools["pool"], pool.id)))
-        joined = keyed.join(
-            balances.select(["account_id", "period_start", "exhausted_at"]),
-            ["account_id", "period_start"],
-            join_type="inner",
-        )
-        exhausted[joined["_row"].to_numpy()] = (
-            joined["exhausted_at"].cast(pa.timestamp("us")).to_numpy(zero_copy_only=False)
-        )
-    exhausted_at = pa.array(exhausted, pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
+    exhausted_at = _main_pool_exhausted(sel, day, pools, catalog)
     times = sel["event_time"]
     backup = pc.fill_null(pc.less_equal(exhausted_at, times), False)
     tokens = allowance_tokens(sel)
@@ -187,6 +163,36 @@ def backup_tank_weekly(events: pa.Table, pools: pa.Table, catalog: Catalog, mode
         }
     )
     return out.sort_by("week_start")
+
+
+def _main_pool_exhausted(sel: pa.Table, day: np.ndarray, pools: pa.Table, catalog: Catalog) -> pa.Array:
+    """Per event: when its plan's main pool ran out in the event's period (null: it did not)."""
+    n = sel.num_rows
+    # Each event has one plan, so the per-plan matches below never overlap.
+    exhausted = np.full(n, np.datetime64("NaT"), dtype="datetime64[us]")
+    for plan in catalog.plans:
+        pool = main_pool(plan)
+        if pool is None:
+            continue
+        keyed = pa.table(
+            {
+                "_row": np.arange(n),
+                "account_id": sel["account_id"],
+                "plan": sel["plan"],
+                "period_start": pa.array(period_start(day, pool.period)).cast(pa.date32()),
+            }
+        )
+        keyed = keyed.filter(pc.equal(keyed["plan"], plan.id))
+        balances = pools.filter(pc.and_(pc.equal(pools["plan"], plan.id), pc.equal(pools["pool"], pool.id)))
+        joined = keyed.join(
+            balances.select(["account_id", "period_start", "exhausted_at"]),
+            ["account_id", "period_start"],
+            join_type="inner",
+        )
+        exhausted[joined["_row"].to_numpy()] = (
+            joined["exhausted_at"].cast(pa.timestamp("us")).to_numpy(zero_copy_only=False)
+        )
+    return pa.array(exhausted, pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
 
 
 def fee_pieces(plans: pa.Table, catalog: Catalog, first: dt.date, last: dt.date) -> pa.Table:

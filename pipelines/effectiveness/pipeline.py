@@ -25,6 +25,7 @@ from sqlalchemy import Engine, delete, select
 
 from billing import effectiveness as eff
 from billing.calendar import monday
+from billing.effectiveness_groups import group_metrics
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.options import CommonOptions, date_range, pipeline_options, run_pipeline
@@ -134,7 +135,7 @@ def compute_week(
     outcomes = week_outcomes(lake_root, week, held)
     joined = eff.task_requests(outcomes, requests_for(lake_root, outcomes, held))
     tasks = eff.tasks(outcomes, joined, catalog)
-    groups = eff.group_metrics(tasks, catalog.effectiveness.per_hour)
+    groups = group_metrics(tasks, catalog.effectiveness.per_hour)
     counts = {
         "week_start": week,
         "outcomes": outcomes.num_rows,

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from sqlalchemy import Engine, select
 
 from billing import effectiveness as eff
+from billing.effectiveness_groups import cents, group_metrics, half_up, wilson
 from pipelines import lake
 from pipelines.effectiveness.figures import ALL_TIERS, head_to_head, sentence
 from pipelines.effectiveness.html import markdown, page
@@ -137,16 +138,16 @@ def range_groups(tasks: pa.Table, per_hour: Decimal, first_week: dt.date) -> lis
     every_tier = weekless.set_column(
         weekless.schema.get_field_index("speed_tier"), "speed_tier", pa.array([ALL_TIERS] * n, pa.string())
     )
-    return eff.group_metrics(pa.concat_tables([weekless, every_tier]), per_hour)
+    return group_metrics(pa.concat_tables([weekless, every_tier]), per_hour)
 
 
 def _with_intervals(groups: list[dict]) -> list[dict]:
     for g in groups:
-        lo, hi = eff.wilson(g["one_pass"], g["tasks"])
+        lo, hi = wilson(g["one_pass"], g["tasks"])
         g["one_pass_low"], g["one_pass_high"] = lo, hi
         accepted = g["one_pass"] + g["reworked"]
-        g["cost_without_rework"] = eff.cents(Fraction(g["token_cost"]) / accepted) if accepted else None
-        g["rework_ms_mean"] = eff.half_up(Fraction(g["rework_ms_total"], g["tasks"]))
+        g["cost_without_rework"] = cents(Fraction(g["token_cost"]) / accepted) if accepted else None
+        g["rework_ms_mean"] = half_up(Fraction(g["rework_ms_total"], g["tasks"]))
     return groups
 
 

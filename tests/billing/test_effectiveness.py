@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from billing import effectiveness as eff
+from billing.effectiveness_groups import group_metrics, wilson
 from billing.pricing import MissingPriceError
 from schemas.events import TIMESTAMP
 from tests import reference_effectiveness as ref
@@ -88,7 +89,7 @@ def compute(outcomes: list[dict], requests: list[dict], catalog, per_hour=Decima
     o = pa.Table.from_pylist(outcomes, schema=OUTCOME_SCHEMA)
     r = pa.Table.from_pylist(requests, schema=REQUEST_SCHEMA)
     tasks = eff.tasks(o, eff.task_requests(o, r), catalog)
-    return tasks, eff.group_metrics(tasks, per_hour)
+    return tasks, group_metrics(tasks, per_hour)
 
 
 def _keyed(groups: list[dict]) -> dict[tuple, dict]:
@@ -286,9 +287,9 @@ def test_random_tasks_match_the_reference(catalog):
 
 
 def test_wilson_interval_and_complete_weeks():
-    lo, hi = eff.wilson(58, 100)
+    lo, hi = wilson(58, 100)
     assert round(lo, 4) == 0.4821 and round(hi, 4) == 0.6720
-    assert eff.wilson(0, 0) == (0.0, 0.0) and eff.wilson(10, 10)[1] == 1.0
+    assert wilson(0, 0) == (0.0, 0.0) and wilson(10, 10)[1] == 1.0
     assert eff.complete_weeks(dt.date(2026, 8, 5), dt.date(2026, 8, 30)) == [
         dt.date(2026, 8, 10),
         dt.date(2026, 8, 17),
