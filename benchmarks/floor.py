@@ -41,7 +41,7 @@ from benchmarks import ingest as ingest_bench
 from benchmarks import meter as meter_bench
 from benchmarks.common import command_line, machine, run_measured, timed, write_section
 from pipelines import lake
-from pipelines.ingest.dedup import stable_hash
+from pipelines.ingest.hashing import stable_hash
 from pipelines.lake.parquet import _parquet_options
 from pipelines.warehouse.engine import (
     _sqlite_executemany,
@@ -148,7 +148,7 @@ def _arrow_schema(table) -> pa.Schema:  # type: ignore[no-untyped-def]
 def _meter_rows(workdir: Path, size: int) -> tuple[list[str], int, float, float, float]:
     """Returns table rows, the events, the read and the records' write, the fastest durable load and
     the load with nothing kept through a crash."""
-    from pipelines.quota.meter import COLUMNS
+    from pipelines.quota.transforms import COLUMNS
 
     root = workdir / f"meter-{size}"
     if not (root / "accounts.csv").exists():

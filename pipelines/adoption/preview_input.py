@@ -13,8 +13,8 @@ from billing.calendar import local_dates
 from billing.invoices import PLAN_SCHEMA, month_bounds
 from billing.plan import AccountIndex, attach_accounts
 from pipelines import lake
-from pipelines.quota.meter import COLUMNS, FEW_VALUES
 from pipelines.quota.store import read_window
+from pipelines.quota.transforms import COLUMNS, FEW_VALUES
 from schemas.catalog import Catalog
 
 

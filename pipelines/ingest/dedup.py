@@ -23,99 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.ingest.datasets import EVENTS, Dataset
+from pipelines.ingest.hashing import HASH, stable_hash
 from schemas.events import QUARANTINE_SCHEMA, conform, utc_date
 from schemas.jsonl import ROW_NUMBER
-
-HASH = "_hash"  # uint64 hash of the idempotency key, carried from read to dedup (never stored in the lake)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: every input bit affects every output bit."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-# The low k bytes of a little-endian word, k = 0..8.
-_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
-
-
-def _word(windows: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """The string's bytes in [first, first + 8), packed exactly into a uint64 (bytes past end are 0)."""
-    return windows[np.clip(first, 0, len(windows) - 1)] & _MASKS[np.clip(end - first, 0, 8)]
-
-
-def stable_hash(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A 64-bit hash of each string that is the same on every machine and run (not Python's hash()).
-
-    Mixes the length, the first 8 bytes and the last 16 (where ids differ: prefixes, counters, UUID
-    tails), vectorized. Only the shard choice depends on it; dedup itself compares whole ids.
-    """
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if pa.types.is_string(values.type):
-        values = values.cast(pa.large_string())
-    n = len(values)
-    if n == 0:
-        return np.zeros(0, np.uint64)
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset : values.offset + n + 1]
-    data_buf = values.buffers()[2]
-    raw = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    padded = np.concatenate([raw[offsets[0] : offsets[-1]], np.zeros(8, np.uint8)])
-    # Every byte offset viewed as the start of a little-endian uint64 (one gather per word).
-    windows = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
-    start, end = offsets[:-1] - offsets[0], offsets[1:] - offsets[0]
-    with np.errstate(over="ignore"):
-        h = _mix((end - start).astype(np.uint64) ^ np.uint64(0x243F6A8885A308D3))
-        h = _mix(h ^ _word(windows, end, start))
-        h = _mix(h ^ _word(windows, end, np.maximum(end - 16, start + 8)))
-        h = _mix(h ^ _word(windows, end, np.maximum(end - 8, start + 16)))
-    return h
-
-
-def shard_of(event_ids: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
-    return (stable_hash(event_ids) % np.uint64(shards)).astype(np.int64)
-
-
-def with_hash(table: pa.Table, dataset: Dataset = EVENTS) -> pa.Table:
-    return table.append_column(HASH, pa.array(stable_hash(dataset.key(table)), pa.uint64()))
-
-
-def shard_segments(table: pa.Table, shards: int) -> tuple[pa.Table, list[tuple[int, int, int]]]:
-    """Sort a table with a HASH column by shard (one take): (sorted table, [(shard, offset, length)])."""
-    table, segments = sub_shard_segments(table, shards, 1)
-    return table, [(shard, offset, length) for shard, _, offset, length in segments]
-
-
-def sub_shard_of(hashes: np.ndarray, shards: int, subs: int) -> np.ndarray:
-    """The sub-shard of each hash inside its shard: independent of the shard (other hash digits)."""
-    return ((hashes // np.uint64(shards)) % np.uint64(subs)).astype(np.int64)
-
-
-def sub_shard_segments(
-    table: pa.Table, shards: int, subs: int
-) -> tuple[pa.Table, list[tuple[int, int, int, int]]]:
-    """Sort a table with a HASH column by (shard, sub-shard) (one take):
-    (sorted table, [(shard, sub, offset, length)]). A run splits each lake shard into ``subs`` pieces
-    that are deduplicated one at a time, so memory follows the piece, not the run."""
-    if table.num_rows == 0:
-        return table, []
-    h = table[HASH].to_numpy()
-    key = (h % np.uint64(shards)).astype(np.int64) * subs + sub_shard_of(h, shards, subs)
-    order = np.argsort(key.astype(np.uint16 if shards * subs <= 65535 else np.int64), kind="stable")
-    key = key[order]
-    segments = [(int(key[b]) // subs, int(key[b]) % subs, b, e - b) for b, e in runs(key)]
-    return table.take(pa.array(order)), segments
-
-
-def runs(values: np.ndarray) -> list[tuple[int, int]]:
-    """[(start, end)] of the runs of equal values in a sorted array (none for an empty one)."""
-    if len(values) == 0:
-        return []
-    bounds = (np.flatnonzero(values[1:] != values[:-1]) + 1).tolist()
-    return list(zip([0, *bounds], [*bounds, len(values)], strict=True))
 
 
 class ExistingShard(Protocol):
@@ -292,83 +202,127 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard, dataset: Dataset
     date, and the few copies that must be compared with the row they duplicate.
     """
     new = _ordered(parts)
-    n = new.num_rows
     hashes = new[HASH].to_numpy()
     ids = dataset.key(new)
     if isinstance(ids, pa.Array):
         ids = pa.chunked_array([ids])
-    LAKE_SCHEMA, INGEST_SCHEMA = dataset.lake, dataset.ingest
     sorted_hashes, first, later, later_kept = _copies(hashes, ids)
-
     # A copy is compared with the lake's row if its id is already stored, else with the run's first.
     first_pos = np.flatnonzero(first)
     lake = _lake_matches(ids, first_pos, hashes[first_pos], existing, dataset)
-    lake_index = np.full(n, -1, np.int64)  # per row: row of ``lake`` with the same id, or -1
-    if lake.num_rows:
-        idx = pc.index_in(ids, value_set=pa.chunked_array([dataset.key(lake)]).combine_chunks())
-        lake_index = pc.fill_null(idx, -1).to_numpy().astype(np.int64)
-    in_lake = lake_index >= 0
-    is_new = first & ~in_lake
+    lake_index = _lake_index(ids, lake, dataset)  # per row: row of ``lake`` with the same id, or -1
+    is_new = first & (lake_index < 0)
     check = ~is_new
     check_pos = np.flatnonzero(check)
     # The first copy of each checked row's id (the row it duplicates when the lake has none; a
     # first row the lake holds is compared with the lake's and keeps itself here).
-    kept_of = np.arange(n)
+    kept_of = np.arange(new.num_rows)
     kept_of[later] = later_kept
     kept_pos = kept_of[check_pos]
-    identical = np.zeros(len(check_pos), bool)
-    if len(check_pos):
-        both = _take(new, np.concatenate([check_pos, kept_pos])).select(list(LAKE_SCHEMA.names))
-        both = both.cast(LAKE_SCHEMA)
-        rows, kept = both.slice(0, len(check_pos)), both.slice(len(check_pos))
-        from_lake = in_lake[check]
-        if from_lake.any():
-            lake_rows = lake.take(pa.array(np.where(from_lake, lake_index[check], 0)))
-            mask = pa.array(from_lake)
-            kept = pa.Table.from_arrays(
-                [pc.if_else(mask, lake_rows[c], kept[c]) for c in LAKE_SCHEMA.names], schema=LAKE_SCHEMA
-            )
-        identical = _identical(rows, kept, dataset)
-    dup_pos = check_pos[identical]
-    conflict_pos = check_pos[~identical]
+    lake_of_checked = lake_index[check]
+    identical = _identical_to_kept(new, check_pos, kept_pos, lake, lake_of_checked, dataset)
+    writes, write_hashes = _new_by_day(new, is_new, hashes, sorted_hashes, check, dataset)
+    dup_pos, conflict_pos = check_pos[identical], check_pos[~identical]
+    return ShardResult(
+        writes=writes,
+        write_hashes=write_hashes,
+        duplicates=pa.table({"_landing_date": new["_landing_date"].take(pa.array(dup_pos, pa.int64()))}),
+        conflicts=_conflicts(
+            new, conflict_pos, kept_pos[~identical], lake, lake_of_checked[~identical], dataset
+        ),
+    )
 
-    # New rows per event date, in arrival order (a sequential read of the spill, or none at all).
+
+def _lake_index(ids: pa.ChunkedArray, lake: pa.Table, dataset: Dataset) -> np.ndarray:
+    if lake.num_rows == 0:
+        return np.full(len(ids), -1, np.int64)
+    idx = pc.index_in(ids, value_set=pa.chunked_array([dataset.key(lake)]).combine_chunks())
+    return pc.fill_null(idx, -1).to_numpy().astype(np.int64)
+
+
+def _identical_to_kept(
+    new: pa.Table,
+    check_pos: np.ndarray,
+    kept_pos: np.ndarray,
+    lake: pa.Table,
+    lake_of_checked: np.ndarray,
+    dataset: Dataset,
+) -> np.ndarray:
+    """Is each checked row identical to the copy that wins: the lake's where the lake holds its id
+    (``lake_of_checked`` >= 0), else the run's first copy (``kept_pos``)?"""
+    if len(check_pos) == 0:
+        return np.zeros(0, bool)
+    schema = dataset.lake
+    both = _take(new, np.concatenate([check_pos, kept_pos])).select(list(schema.names)).cast(schema)
+    rows, kept = both.slice(0, len(check_pos)), both.slice(len(check_pos))
+    from_lake = lake_of_checked >= 0
+    if from_lake.any():
+        lake_rows = lake.take(pa.array(np.where(from_lake, lake_of_checked, 0)))
+        mask = pa.array(from_lake)
+        kept = pa.Table.from_arrays(
+            [pc.if_else(mask, lake_rows[c], kept[c]) for c in schema.names], schema=schema
+        )
+    return _identical(rows, kept, dataset)
+
+
+def _new_by_day(
+    new: pa.Table,
+    is_new: np.ndarray,
+    hashes: np.ndarray,
+    sorted_hashes: np.ndarray,
+    check: np.ndarray,
+    dataset: Dataset,
+) -> tuple[dict[dt.date, pa.Table], dict[dt.date, np.ndarray]]:
+    """New rows per event date, in arrival order (a sequential read of the spill, or none at all),
+    and their sorted hashes."""
     writes: dict[dt.date, pa.Table] = {}
     write_hashes: dict[dt.date, np.ndarray] = {}
-    if is_new.any():
-        # A filter keeps arrival order and copies contiguous runs: much cheaper than a take.
-        lake_rows_of_new = new if is_new.all() else new.filter(pa.array(is_new))
-        # The lake's columns, the text of few values still as dictionary arrays: the shard file's
-        # writer stores them as text (ParquetAppender's ``stored``) from their dictionaries.
-        lake_rows_of_new = lake_rows_of_new.select(list(INGEST_SCHEMA.names)).cast(INGEST_SCHEMA)
-        day_of = utc_date(lake_rows_of_new[dataset.time_field]).to_numpy().astype("datetime64[D]")
-        # Most pieces hold one event date: min and max tell it without np.unique's sort (5 ms per
-        # 250k rows, 0.2 s of CPU per 10M events).
-        low, high = day_of.min(), day_of.max()
-        days = [low] if low == high else np.unique(day_of)
-        for day in days:
-            on_day = None if len(days) == 1 else day_of == day
-            rows = lake_rows_of_new if on_day is None else lake_rows_of_new.filter(pa.array(on_day))
-            writes[day.item()] = rows
-            # One day: the piece's sorted hashes without the checked rows', no sort again.
-            day_hashes = (
-                _without(sorted_hashes, hashes[check]) if on_day is None else np.sort(hashes[is_new][on_day])
-            )
-            write_hashes[day.item()] = day_hashes
+    if not is_new.any():
+        return writes, write_hashes
+    # A filter keeps arrival order and copies contiguous runs: much cheaper than a take.
+    lake_rows_of_new = new if is_new.all() else new.filter(pa.array(is_new))
+    # The lake's columns, the text of few values still as dictionary arrays: the shard file's
+    # writer stores them as text (ParquetAppender's ``stored``) from their dictionaries.
+    lake_rows_of_new = lake_rows_of_new.select(list(dataset.ingest.names)).cast(dataset.ingest)
+    day_of = utc_date(lake_rows_of_new[dataset.time_field]).to_numpy().astype("datetime64[D]")
+    # Most pieces hold one event date: min and max tell it without np.unique's sort (5 ms per
+    # 250k rows, 0.2 s of CPU per 10M events).
+    low, high = day_of.min(), day_of.max()
+    days = [low] if low == high else np.unique(day_of)
+    for day in days:
+        on_day = None if len(days) == 1 else day_of == day
+        rows = lake_rows_of_new if on_day is None else lake_rows_of_new.filter(pa.array(on_day))
+        writes[day.item()] = rows
+        # One day: the piece's sorted hashes without the checked rows', no sort again.
+        write_hashes[day.item()] = (
+            _without(sorted_hashes, hashes[check]) if on_day is None else np.sort(hashes[is_new][on_day])
+        )
+    return writes, write_hashes
 
+
+def _conflicts(
+    new: pa.Table,
+    conflict_pos: np.ndarray,
+    kept_pos: np.ndarray,
+    lake: pa.Table,
+    lake_of_conflict: np.ndarray,
+    dataset: Dataset,
+) -> pa.Table:
+    """Quarantine rows for the copies that differ from the one kept, naming where the kept one came from."""
+    schema = dataset.lake
     conflicts = _take(new, conflict_pos)
-    kept_source = _take(new, kept_pos[~identical]).select(["_source_file", "_landing_date"])
-    kept_source = kept_source.cast(pa.schema([LAKE_SCHEMA.field(c) for c in kept_source.column_names]))
+    kept_source = _take(new, kept_pos).select(["_source_file", "_landing_date"])
+    kept_source = kept_source.cast(pa.schema([schema.field(c) for c in kept_source.column_names]))
     if lake.num_rows and len(conflict_pos):
-        from_lake = in_lake[check][~identical]
-        lake_src = lake.take(pa.array(np.where(from_lake, lake_index[check][~identical], 0)))
+        from_lake = lake_of_conflict >= 0
+        lake_src = lake.take(pa.array(np.where(from_lake, lake_of_conflict, 0)))
         kept_source = pa.table(
             {
                 c: pc.if_else(pa.array(from_lake), lake_src[c], kept_source[c])
                 for c in ("_source_file", "_landing_date")
             }
         )
-    conflict_q = pa.table(
+    return pa.table(
         {
             "landing_date": conflicts["_landing_date"],
             "source_file": conflicts["_source_file"].cast(pa.string()),
@@ -386,12 +340,6 @@ def dedup_shard(parts: list[pa.Table], existing: ExistingShard, dataset: Dataset
             "raw": pa.nulls(len(conflict_pos), pa.string()),
         },
         schema=QUARANTINE_SCHEMA,
-    )
-    return ShardResult(
-        writes=writes,
-        write_hashes=write_hashes,
-        duplicates=pa.table({"_landing_date": new["_landing_date"].take(pa.array(dup_pos, pa.int64()))}),
-        conflicts=conflict_q,
     )
 
 

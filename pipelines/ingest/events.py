@@ -36,11 +36,8 @@ from pipelines.ingest.commit import (
     recover_runs,
 )
 from pipelines.ingest.datasets import DATASETS, EVENTS, Dataset
-from pipelines.ingest.dedup import (
-    dedup_shard,
-    sub_shard_segments,
-    with_hash,
-)
+from pipelines.ingest.dedup import dedup_shard
+from pipelines.ingest.hashing import sub_shard_segments, with_hash
 from pipelines.ingest.outputs import ConcatQuarantine, StageQuarantine, StageStats
 from pipelines.ingest.parquet_files import read_parquet_unit
 from pipelines.ingest.readers import (

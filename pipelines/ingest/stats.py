@@ -11,9 +11,7 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.ingest.dedup import (
-    ShardResult,
-)
+from pipelines.ingest.dedup import ShardResult
 
 
 def new_stats(**values: object) -> dict:

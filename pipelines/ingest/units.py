@@ -14,10 +14,8 @@ import pyarrow as pa
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.datasets import EVENTS, Dataset, dataset_of
-from pipelines.ingest.dedup import (
-    sorted_hashes,
-    sub_shard_of,
-)
+from pipelines.ingest.dedup import sorted_hashes
+from pipelines.ingest.hashing import sub_shard_of
 from pipelines.ingest.parquet_files import parquet_units
 from pipelines.ingest.readers import file_kind, stamp
 from pipelines.ingest.validate import Rules

@@ -23,7 +23,7 @@ from billing.pricing import price_in_force
 from billing.tokens import split_pro_rata, token_kinds
 from pipelines import lake
 from pipelines.errors import UsageBillingError
-from pipelines.ingest.dedup import shard_of, stable_hash
+from pipelines.ingest.hashing import shard_of, stable_hash
 from pipelines.ingest.units import index_file, shard_file
 from pipelines.quota.remeter import out_of_date
 from pipelines.quota.show import as_utc, period_balance

@@ -41,35 +41,26 @@ import logging
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
+from sqlalchemy.engine import Engine
 
-from billing.balances import balances_at
-from billing.billable import billable_rows, metered_days
-from billing.plan import AccountIndex, attach_accounts
-from billing.quota import allocate
 from pipelines import lake
 from pipelines.errors import UsageBillingError
-from pipelines.ingest.dedup import HASH
-from pipelines.quota.checks import check_allocation
 from pipelines.quota.store import (
-    ALLOCATION_SPILL,
-    STATE_SPILL,
     StateStamps,
     commit_lake,
     dependent_days,
     load_warehouse,
-    pool_draws,
     read_window,
     shard_count,
-    spill_by_account,
-    spill_days,
     state_dates,
     usable_state,
 )
+from pipelines.quota.transforms import MeterQuota, StageShardTable
 from pipelines.runtime import faults
 from pipelines.runtime.options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
@@ -80,27 +71,9 @@ from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import Fence, database_lock, lock_wait, step_lock
 from pipelines.warehouse.recompute import mark_metered
 from pipelines.warehouse.unknown import unknown_note
-from schemas import tokens
 from schemas.catalog import Catalog, load_catalog
-from schemas.events import LAKE_SCHEMA
-from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
 
-COLUMNS = [
-    "event_id",
-    "event_time",
-    "account_id",
-    "model",
-    "speed_tier",
-    *tokens.fields(),
-]
 log = logging.getLogger(__name__)
-FEW_VALUES = ["account_id", "model", "speed_tier"]  # read as dictionary arrays (see ReadAndSpill)
-# What ReadAndSpill hands to AllocateShard: the columns above, the local day and plan, the shard hash
-# (FEW_VALUES spilled as dictionary arrays, plain text again in AllocateShard).
-SPILL_SCHEMA = pa.schema(
-    [LAKE_SCHEMA.field(c).remove_metadata() for c in COLUMNS]
-    + [pa.field("local_day", pa.date32()), pa.field("plan", pa.string()), pa.field(HASH, pa.uint64())]
-)
 
 
 class MeterOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
@@ -119,176 +92,6 @@ def meter_dates(opts: MeterOptions) -> list[dt.date]:
         last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
         return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
     return date_range(opts)
-
-
-class ReadAndSpill(beam.DoFn):
-    """A unit of row groups -> events with plan and local day, up to the last metered date, spilled
-    by shard."""
-
-    def __init__(
-        self, accounts: pa.Table, last: dt.date, stage_root: str, shards: int, since: dt.date | None = None
-    ) -> None:
-        self.accounts, self.last, self.spill_root = accounts, last, lake.join(stage_root, "_spill")
-        self.shards, self.since = shards, since
-
-    def setup(self) -> None:
-        self.index = AccountIndex(self.accounts)
-
-    def process(self, unit: lake.Unit):
-        # Accounts, models and tiers as dictionary arrays until AllocateShard: the read builds no
-        # string per row, the account lookup and hash run per distinct account, the shard sort and
-        # the spill move 4-byte indices.
-        events = lake.read_unit(unit, COLUMNS, read_dictionary=FEW_VALUES).combine_chunks()
-        events = attach_accounts(events, self.index)
-        keep = pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32()))
-        if self.since is not None:  # starting from balances: the days before are in them
-            keep = pc.and_(keep, pc.greater_equal(events["local_day"], pa.scalar(self.since, pa.date32())))
-        yield from spill_by_account(events.filter(keep), self.spill_root, repr(unit), self.shards, "events")
-
-
-class SpillState(beam.DoFn):
-    """A file of the balances a run starts from -> spilled by the same account shards as the events."""
-
-    def __init__(self, stage_root: str, shards: int) -> None:
-        self.spill_root, self.shards = lake.join(stage_root, "_spill"), shards
-
-    def process(self, path: str):
-        state = lake.read_parquet(path).select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
-        yield from spill_by_account(state, self.spill_root, path, self.shards, "state")
-
-
-class AllocateShard(beam.DoFn):
-    """All events of a shard's accounts -> (kind, shard, table) for its billable usage, its local x UTC
-    day tokens and its pool balances; its allocation records and kept balances (one per event and
-    per day, too many to travel through the pipeline) are spilled to the stage by local day."""
-
-    def __init__(
-        self,
-        catalog: Catalog,
-        first: dt.date,
-        last: dt.date,
-        stage_root: str,
-        state_days: frozenset[dt.date] = frozenset(),
-    ) -> None:
-        """``state_days``: the dates whose end-of-day balances to stage."""
-        self.catalog, self.first, self.last, self.stage_root = catalog, first, last, stage_root
-        self.state_days = state_days
-
-    def process(self, element):
-        shard, refs = element
-        parts: dict[str, list[pa.Table]] = {"events": [], "state": []}
-        for kind, path, first, end in refs:
-            parts[kind].append(lake.read_ipc_batches(path, first, end))
-        if parts["events"]:
-            events = pa.concat_tables(parts["events"]).combine_chunks().cast(SPILL_SCHEMA)
-        else:  # only balances carried over: their pool rows and states still come out
-            events = SPILL_SCHEMA.empty_table()
-        state = pa.concat_tables(parts["state"]) if parts["state"] else None
-        del parts
-        result = allocate(events, self.catalog, state)
-        check_allocation(events, result, state)
-        day = events["local_day"]
-        in_range = pc.and_(
-            pc.greater_equal(day, pa.scalar(self.first, pa.date32())),
-            pc.less_equal(day, pa.scalar(self.last, pa.date32())),
-        )
-        yield (
-            "billable",
-            shard,
-            billable_rows(events, result.included, result.overage, in_range, self.catalog),
-        )
-        yield "metered_days", shard, metered_days(events, result.included, result.overage, in_range)
-        yield (
-            "pools",
-            shard,
-            result.pools.filter(
-                pc.and_(
-                    pc.greater_equal(result.pools["period_end"], pa.scalar(self.first, pa.date32())),
-                    pc.less_equal(result.pools["period_start"], pa.scalar(self.last, pa.date32())),
-                )
-            ),
-        )
-        draws = result.draws
-        idx = draws["event_index"]
-        records = pa.table(
-            {
-                "event_id": events["event_id"].take(idx),
-                "event_time": events["event_time"].take(idx),
-                "account_id": events["account_id"].take(idx),
-                "local_day": day.take(idx),
-                "plan": draws["plan"],
-                "pool": draws["pool"],
-                "period_start": draws["period_start"],
-                "tokens": draws["tokens"],
-            }
-        ).filter(in_range.take(idx))
-        yield "pool_draws", shard, pool_draws(records, events["model"].take(idx).filter(in_range.take(idx)))
-        spill_days(
-            records.cast(ALLOCATION_SCHEMA),
-            lake.join(self.stage_root, ALLOCATION_SPILL),
-            f"shard-{shard:04d}",
-        )
-        if self.state_days:
-            states = balances_at(result.balances, self.first, max(self.state_days))
-            keep = pc.is_in(states["local_day"], value_set=pa.array(sorted(self.state_days), pa.date32()))
-            spill_days(
-                states.filter(keep).cast(BALANCE_SCHEMA),
-                lake.join(self.stage_root, STATE_SPILL),
-                f"shard-{shard:04d}",
-            )
-
-
-class StageShardTable(beam.DoFn):
-    """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN.parquet``, what the driver loads."""
-
-    def __init__(self, stage_root: str) -> None:
-        self.stage_root = stage_root
-
-    def process(self, element):
-        kind, shard, table = element
-        lake.write_parquet(lake.join(self.stage_root, kind, f"shard-{shard:04d}.parquet"), table)
-
-
-class MeterQuota(beam.PTransform):
-    """Read units of lake events (and stored balances to start from) -> per account shard, (kind,
-    shard, table) for its billable usage ("billable"), local x UTC day tokens ("metered_days") and
-    pool balances ("pools"); the caller stages them (``StageShardTable``) and loads them."""
-
-    def __init__(
-        self,
-        catalog: Catalog,
-        accounts: pa.Table,
-        first: dt.date,
-        last: dt.date,
-        stage: str,
-        shards: int = 8,
-        state_files: list[str] | None = None,
-        state_days: frozenset[dt.date] = frozenset(),
-    ) -> None:
-        """``state_files``: the balances at the end of the day before ``first`` to start from (then
-        only events of ``first`` .. ``last`` are read); None: read from the period starts."""
-        super().__init__()
-        self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
-        self.shards, self.state_files, self.state_days = shards, state_files, state_days
-
-    def expand(self, units):
-        since = None if self.state_files is None else self.first
-        refs = units | "ReadAndSpill" >> beam.ParDo(
-            ReadAndSpill(self.accounts, self.last, self.stage, self.shards, since)
-        )
-        if self.state_files:
-            state = (
-                units.pipeline
-                | "StateFiles" >> beam.Create(self.state_files)
-                | "SpillState" >> beam.ParDo(SpillState(self.stage, self.shards))
-            )
-            refs = (refs, state) | "EventsAndState" >> beam.Flatten()
-        return (
-            refs
-            | "GroupByAccountShard" >> beam.GroupByKey()
-            | "AllocateShard"
-            >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_days))
-        )
 
 
 @dataclass
@@ -314,44 +117,21 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
     require_lake(engine, opts.lake, "quota meter")
     notes: list[str] = []
     dates = _with_dependent_days(engine, catalog, dates, notes)
-    first, last = dates[0], dates[-1]
-    # Under the accounts' lock, so that an accounts load is either in what this run reads or queues
-    # its days after this run started (meter_queue.queued_at > metered_at: still out of date).
-    with step_lock(engine, ACCOUNTS_LOCK, wait=max(lock_wait(), 60.0)):
-        started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
-        accounts = load_accounts_table(engine)
-    held = frozenset(held_back(engine))  # partitions the data-quality gate holds back: read as empty
-    stamps = StateStamps(opts.lake, catalog, accounts, held)
-    # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
-    # them stale rather than wrong.
-    new_stamps = {day: stamps.of(day) for day in state_dates(opts.lake, dates)}
-    state_files = usable_state(opts.lake, first - dt.timedelta(days=1), stamps)
-    if state_files is None:
-        lo, hi = read_window(dates, catalog)
-    else:  # local days first .. last lie in UTC days first - 1 .. last + 1
-        lo, hi = first - dt.timedelta(days=1), last + dt.timedelta(days=1)
-        notes.append(f"started from the pool balances at the end of {first - dt.timedelta(days=1)}")
-        log.info("quota meter %s..%s: %s", first, last, notes[-1])
-    utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
-    require_partitions(engine, opts.lake, utc_dates, "quota meter")
+    plan = _read_plan(engine, opts.lake, catalog, dates, notes)
     run_id = opts.run_id or new_run_id("meter")
     stage = fresh_stage(opts.lake, run_id, "quota meter")  # a killed run's folder: we hold the step's lock
     seconds: dict[str, float] = {}
+    first, last = dates[0], dates[-1]
     try:
-        skipped = sorted(held & set(utc_dates))
-        if skipped:
-            notes.append(
-                f"left out {', '.join(map(str, skipped))}: held back by the data-quality gate until accepted"
-            )
-            log.warning("quota meter %s..%s: %s", first, last, notes[-1])
-        files = [
-            f
-            for d in utc_dates
-            if d not in held
-            for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))
-        ]
-        units = lake.row_group_units(files)
         began = time.perf_counter()
+        units = lake.row_group_units(
+            [
+                f
+                for d in plan.utc_dates
+                if d not in plan.held
+                for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))
+            ]
+        )
         with run_pipeline(options) as p:
             metered = (
                 p
@@ -359,24 +139,24 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
                 | "MeterQuota"
                 >> MeterQuota(
                     catalog,
-                    accounts,
+                    plan.accounts,
                     first,
                     last,
                     stage,
                     shard_count(units),
-                    state_files,
-                    frozenset(new_stamps),
+                    plan.state_files,
+                    frozenset(plan.new_stamps),
                 )
             )
             _ = metered | "StageMetered" >> beam.ParDo(StageShardTable(stage))
         seconds["pipeline"] = time.perf_counter() - began
         began = time.perf_counter()
         faults.checkpoint("meter.load")
-        counts = load_warehouse(engine, catalog, stage, dates, run_id, started, fence)
+        counts = load_warehouse(engine, catalog, stage, dates, run_id, plan.started, fence)
         with engine.begin() as conn:
-            mark_metered(conn, first, last, started)
+            mark_metered(conn, first, last, plan.started)
             fence.check(conn)
-        counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, new_stamps)
+        counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, plan.new_stamps)
         seconds["load"] = time.perf_counter() - began
         unknown = unknown_note(engine, first, last)
         if unknown:
@@ -386,6 +166,52 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
         lake.discard(stage)
         engine.dispose()
     return MeterResult(counts, notes, seconds)
+
+
+@dataclass(frozen=True)
+class _ReadPlan:
+    """What a run reads: the accounts as of ``started``, the UTC partitions (less those the
+    data-quality gate holds back), the balances it starts from (None: the period starts), and the
+    stamps of the balances it leaves."""
+
+    started: dt.datetime
+    accounts: pa.Table
+    held: frozenset[dt.date]
+    utc_dates: list[dt.date]
+    state_files: list[str] | None
+    new_stamps: dict[dt.date, dict[str, Any]]
+
+
+def _read_plan(
+    engine: Engine, lake_root: str, catalog: Catalog, dates: list[dt.date], notes: list[str]
+) -> _ReadPlan:
+    first, last = dates[0], dates[-1]
+    # Under the accounts' lock, so that an accounts load is either in what this run reads or queues
+    # its days after this run started (meter_queue.queued_at > metered_at: still out of date).
+    with step_lock(engine, ACCOUNTS_LOCK, wait=max(lock_wait(), 60.0)):
+        started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
+        accounts = load_accounts_table(engine)
+    held = frozenset(held_back(engine))  # partitions the data-quality gate holds back: read as empty
+    stamps = StateStamps(lake_root, catalog, accounts, held)
+    # Stamps of the states this run leaves, taken before it reads: a file rewritten meanwhile makes
+    # them stale rather than wrong.
+    new_stamps = {day: stamps.of(day) for day in state_dates(lake_root, dates)}
+    state_files = usable_state(lake_root, first - dt.timedelta(days=1), stamps)
+    if state_files is None:
+        lo, hi = read_window(dates, catalog)
+    else:  # local days first .. last lie in UTC days first - 1 .. last + 1
+        lo, hi = first - dt.timedelta(days=1), last + dt.timedelta(days=1)
+        notes.append(f"started from the pool balances at the end of {first - dt.timedelta(days=1)}")
+        log.info("quota meter %s..%s: %s", first, last, notes[-1])
+    utc_dates = [lo + dt.timedelta(days=i) for i in range((hi - lo).days + 1)]
+    require_partitions(engine, lake_root, utc_dates, "quota meter")
+    skipped = sorted(held & set(utc_dates))
+    if skipped:
+        notes.append(
+            f"left out {', '.join(map(str, skipped))}: held back by the data-quality gate until accepted"
+        )
+        log.warning("quota meter %s..%s: %s", first, last, notes[-1])
+    return _ReadPlan(started, accounts, held, utc_dates, state_files, new_stamps)
 
 
 def _with_dependent_days(engine, catalog: Catalog, dates: list[dt.date], notes: list[str]) -> list[dt.date]:

@@ -17,7 +17,7 @@ from billing.billable import sum_by
 from billing.calendar import Coupling
 from pipelines import lake
 from pipelines.errors import UsageBillingError
-from pipelines.ingest.dedup import HASH, runs, shard_segments, stable_hash
+from pipelines.ingest.hashing import HASH, runs, shard_segments, stable_hash
 from pipelines.quota.checks import check_totals
 from pipelines.quota.remeter import plans_digest
 from pipelines.warehouse.engine import as_date, insert_arrow, replace_rows

@@ -10,16 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.ingest import dedup
-from pipelines.ingest.dedup import (
-    HASH,
-    dedup_shard,
-    runs,
-    shard_of,
-    shard_segments,
-    sorted_hashes,
-    stable_hash,
-    with_hash,
-)
+from pipelines.ingest.dedup import dedup_shard, sorted_hashes
+from pipelines.ingest.hashing import HASH, runs, shard_of, shard_segments, stable_hash, with_hash
 from schemas.events import LAKE_SCHEMA
 from schemas.jsonl import ROW_NUMBER
 

@@ -634,6 +634,7 @@ def test_coupled_periods_reach_back_and_forward_as_far_as_the_balances_depend():
 def test_a_metering_run_that_does_not_add_up_fails_and_loads_nothing(tmp_path, monkeypatch):
     from billing import quota
     from pipelines.errors import DataQualityError
+    from pipelines.quota import transforms
 
     world = World(tmp_path, _fast_and_main(-1, 5))
     world.load_accounts([A1])
@@ -648,7 +649,7 @@ def test_a_metering_run_that_does_not_add_up_fails_and_loads_nothing(tmp_path, m
         )
         return result
 
-    monkeypatch.setattr(meter, "allocate", off_by_one)
+    monkeypatch.setattr(transforms, "allocate", off_by_one)
     with pytest.raises(DataQualityError, match="metering check failed"):
         meter.run([*world.settings.argv(), "--date", "2026-02-27"])
     monkeypatch.undo()

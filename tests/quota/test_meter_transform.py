@@ -16,7 +16,7 @@ from billing.plan import attach_accounts
 from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.jobs.run_day import date_args
-from pipelines.quota.meter import MeterQuota
+from pipelines.quota.transforms import MeterQuota
 from pipelines.warehouse.accounts import load_accounts, load_accounts_table
 from pipelines.warehouse.engine import make_engine
 from tests.conftest import small_dates

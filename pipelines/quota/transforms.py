@@ -1,0 +1,224 @@
+"""The metering pipeline's Beam transforms (``MeterQuota`` and its steps); ``meter`` runs them.
+
+Read row groups, attach plan and local day, spill by account shard (Arrow IPC, refs through the
+GroupByKey), allocate per shard with ``billing.quota.allocate``: each shard yields its billable
+usage, day bridge, pool balances and pool draws as (kind, shard, table), and spills its allocation
+records and kept balances to the stage by local day.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from billing.balances import balances_at
+from billing.billable import billable_rows, metered_days
+from billing.plan import AccountIndex, attach_accounts
+from billing.quota import allocate
+from pipelines import lake
+from pipelines.ingest.hashing import HASH
+from pipelines.quota.checks import check_allocation
+from pipelines.quota.store import (
+    ALLOCATION_SPILL,
+    STATE_SPILL,
+    pool_draws,
+    spill_by_account,
+    spill_days,
+)
+from schemas import tokens
+from schemas.catalog import Catalog
+from schemas.events import LAKE_SCHEMA
+from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
+
+COLUMNS = [
+    "event_id",
+    "event_time",
+    "account_id",
+    "model",
+    "speed_tier",
+    *tokens.fields(),
+]
+FEW_VALUES = ["account_id", "model", "speed_tier"]  # read as dictionary arrays (see ReadAndSpill)
+# What ReadAndSpill hands to AllocateShard: the columns above, the local day and plan, the shard hash
+# (FEW_VALUES spilled as dictionary arrays, plain text again in AllocateShard).
+SPILL_SCHEMA = pa.schema(
+    [LAKE_SCHEMA.field(c).remove_metadata() for c in COLUMNS]
+    + [pa.field("local_day", pa.date32()), pa.field("plan", pa.string()), pa.field(HASH, pa.uint64())]
+)
+
+
+class ReadAndSpill(beam.DoFn):
+    """A unit of row groups -> events with plan and local day, up to the last metered date, spilled
+    by shard."""
+
+    def __init__(
+        self, accounts: pa.Table, last: dt.date, stage_root: str, shards: int, since: dt.date | None = None
+    ) -> None:
+        self.accounts, self.last, self.spill_root = accounts, last, lake.join(stage_root, "_spill")
+        self.shards, self.since = shards, since
+
+    def setup(self) -> None:
+        self.index = AccountIndex(self.accounts)
+
+    def process(self, unit: lake.Unit):
+        # Accounts, models and tiers as dictionary arrays until AllocateShard: the read builds no
+        # string per row, the account lookup and hash run per distinct account, the shard sort and
+        # the spill move 4-byte indices.
+        events = lake.read_unit(unit, COLUMNS, read_dictionary=FEW_VALUES).combine_chunks()
+        events = attach_accounts(events, self.index)
+        keep = pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32()))
+        if self.since is not None:  # starting from balances: the days before are in them
+            keep = pc.and_(keep, pc.greater_equal(events["local_day"], pa.scalar(self.since, pa.date32())))
+        yield from spill_by_account(events.filter(keep), self.spill_root, repr(unit), self.shards, "events")
+
+
+class SpillState(beam.DoFn):
+    """A file of the balances a run starts from -> spilled by the same account shards as the events."""
+
+    def __init__(self, stage_root: str, shards: int) -> None:
+        self.spill_root, self.shards = lake.join(stage_root, "_spill"), shards
+
+    def process(self, path: str):
+        state = lake.read_parquet(path).select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
+        yield from spill_by_account(state, self.spill_root, path, self.shards, "state")
+
+
+class AllocateShard(beam.DoFn):
+    """All events of a shard's accounts -> (kind, shard, table) for its billable usage, its local x UTC
+    day tokens and its pool balances; its allocation records and kept balances (one per event and
+    per day, too many to travel through the pipeline) are spilled to the stage by local day."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        first: dt.date,
+        last: dt.date,
+        stage_root: str,
+        state_days: frozenset[dt.date] = frozenset(),
+    ) -> None:
+        """``state_days``: the dates whose end-of-day balances to stage."""
+        self.catalog, self.first, self.last, self.stage_root = catalog, first, last, stage_root
+        self.state_days = state_days
+
+    def process(self, element):
+        shard, refs = element
+        events, state = _shard_input(refs)
+        result = allocate(events, self.catalog, state)
+        check_allocation(events, result, state)
+        in_range = _between(events["local_day"], self.first, self.last)
+        yield (
+            "billable",
+            shard,
+            billable_rows(events, result.included, result.overage, in_range, self.catalog),
+        )
+        yield "metered_days", shard, metered_days(events, result.included, result.overage, in_range)
+        pools = result.pools
+        overlaps = pc.and_(
+            pc.greater_equal(pools["period_end"], pa.scalar(self.first, pa.date32())),
+            pc.less_equal(pools["period_start"], pa.scalar(self.last, pa.date32())),
+        )
+        yield "pools", shard, pools.filter(overlaps)
+        records, models = _allocation_records(events, result.draws, in_range)
+        yield "pool_draws", shard, pool_draws(records, models)
+        name = f"shard-{shard:04d}"
+        spill_days(records.cast(ALLOCATION_SCHEMA), lake.join(self.stage_root, ALLOCATION_SPILL), name)
+        if self.state_days:
+            states = balances_at(result.balances, self.first, max(self.state_days))
+            keep = pc.is_in(states["local_day"], value_set=pa.array(sorted(self.state_days), pa.date32()))
+            spill_days(
+                states.filter(keep).cast(BALANCE_SCHEMA), lake.join(self.stage_root, STATE_SPILL), name
+            )
+
+
+def _shard_input(refs: list[tuple[str, str, int, int]]) -> tuple[pa.Table, pa.Table | None]:
+    """A shard's spilled events (SPILL_SCHEMA) and the balances it starts from (None: the period starts)."""
+    parts: dict[str, list[pa.Table]] = {"events": [], "state": []}
+    for kind, path, first, end in refs:
+        parts[kind].append(lake.read_ipc_batches(path, first, end))
+    if parts["events"]:
+        events = pa.concat_tables(parts["events"]).combine_chunks().cast(SPILL_SCHEMA)
+    else:  # only balances carried over: their pool rows and states still come out
+        events = SPILL_SCHEMA.empty_table()
+    return events, pa.concat_tables(parts["state"]) if parts["state"] else None
+
+
+def _between(day: pa.ChunkedArray | pa.Array, first: dt.date, last: dt.date) -> pa.Array:
+    return pc.and_(
+        pc.greater_equal(day, pa.scalar(first, pa.date32())),
+        pc.less_equal(day, pa.scalar(last, pa.date32())),
+    )
+
+
+def _allocation_records(events: pa.Table, draws: pa.Table, in_range: pa.Array) -> tuple[pa.Table, pa.Array]:
+    """One record per (event, pool) that drew tokens, of the metered dates, and each record's model."""
+    idx = draws["event_index"]
+    records = pa.table(
+        {
+            "event_id": events["event_id"].take(idx),
+            "event_time": events["event_time"].take(idx),
+            "account_id": events["account_id"].take(idx),
+            "local_day": events["local_day"].take(idx),
+            "plan": draws["plan"],
+            "pool": draws["pool"],
+            "period_start": draws["period_start"],
+            "tokens": draws["tokens"],
+        }
+    )
+    keep = in_range.take(idx)
+    return records.filter(keep), events["model"].take(idx).filter(keep)
+
+
+class StageShardTable(beam.DoFn):
+    """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN.parquet``, what the driver loads."""
+
+    def __init__(self, stage_root: str) -> None:
+        self.stage_root = stage_root
+
+    def process(self, element):
+        kind, shard, table = element
+        lake.write_parquet(lake.join(self.stage_root, kind, f"shard-{shard:04d}.parquet"), table)
+
+
+class MeterQuota(beam.PTransform):
+    """Read units of lake events (and stored balances to start from) -> per account shard, (kind,
+    shard, table) for its billable usage ("billable"), local x UTC day tokens ("metered_days") and
+    pool balances ("pools"); the caller stages them (``StageShardTable``) and loads them."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        accounts: pa.Table,
+        first: dt.date,
+        last: dt.date,
+        stage: str,
+        shards: int = 8,
+        state_files: list[str] | None = None,
+        state_days: frozenset[dt.date] = frozenset(),
+    ) -> None:
+        """``state_files``: the balances at the end of the day before ``first`` to start from (then
+        only events of ``first`` .. ``last`` are read); None: read from the period starts."""
+        super().__init__()
+        self.catalog, self.accounts, self.first, self.last, self.stage = catalog, accounts, first, last, stage
+        self.shards, self.state_files, self.state_days = shards, state_files, state_days
+
+    def expand(self, units):
+        since = None if self.state_files is None else self.first
+        refs = units | "ReadAndSpill" >> beam.ParDo(
+            ReadAndSpill(self.accounts, self.last, self.stage, self.shards, since)
+        )
+        if self.state_files:
+            state = (
+                units.pipeline
+                | "StateFiles" >> beam.Create(self.state_files)
+                | "SpillState" >> beam.ParDo(SpillState(self.stage, self.shards))
+            )
+            refs = (refs, state) | "EventsAndState" >> beam.Flatten()
+        return (
+            refs
+            | "GroupByAccountShard" >> beam.GroupByKey()
+            | "AllocateShard"
+            >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_days))
+        )
