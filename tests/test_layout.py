@@ -97,3 +97,21 @@ def test_pipelines_holds_only_stage_packages_and_the_three_entry_modules():
         "usage",
         "warehouse",
     ]
+
+
+def test_no_function_over_60_lines_in_billing_or_a_beam_module():
+    """The billing rules and the pipelines read as their steps."""
+    paths = [*(ROOT / "billing").rglob("*.py")]
+    paths += [
+        p
+        for p in (ROOT / "pipelines").rglob("*.py")
+        if re.search(r"^(import|from) apache_beam", p.read_text(), re.MULTILINE)
+    ]
+    long = {
+        f"{path.relative_to(ROOT)}:{node.name}": length
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (length := (node.end_lineno or node.lineno) - node.lineno + 1) > 60
+    }
+    assert long == {}
