@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,29 +38,19 @@ from pipelines.adoption.candidate import (
 )
 from pipelines.adoption.detect import METHOD_VERSION, Decision, decide, projected_crossing, rule_text
 from pipelines.adoption.html import render_html, render_markdown
+from pipelines.adoption.preview import ALL, PreviewResult, compute, resolve
 from pipelines.adoption.preview_files import write as write_preview
+from pipelines.adoption.report import ModelReport, RetirementReport, to_json
 from pipelines.adoption.terms import definitions
 from pipelines.effectiveness.report import against_successor
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.outputs import write_text
+from pipelines.warehouse.accounts import load_accounts_table
+from pipelines.warehouse.binding import require_lake
+from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
 from schemas.warehouse import RetirementCandidate
-
-
-@dataclass
-class ModelReport:
-    model: str
-    decision: Decision
-    previous: Decision | None
-    flagged: bool
-    weeks: list[str]
-    accounts: list[int]
-    share: list[float]
-    usable: list[bool]
-    facts: dict = field(default_factory=dict)
-    preview: object = None  # PreviewResult, or why there is none (text)
-    contacts: list[dict] = field(default_factory=list)
 
 
 def _series(weekly: pa.Table, weeks: list[dt.date], model: str, metric: str) -> np.ndarray:
@@ -145,7 +135,7 @@ def _timeline(as_of: dt.date, catalog: Catalog, facts: dict, model: str | None =
     return steps
 
 
-def build(engine: Engine, catalog: Catalog, as_of: dt.date, lake_root: str | None = None) -> dict:
+def build(engine: Engine, catalog: Catalog, as_of: dt.date, lake_root: str | None = None) -> RetirementReport:
     cfg = catalog.adoption
     weekly, went, weeks = adoption.refresh(engine, cfg, as_of, cfg.weeks + 1)
     if len(weeks) < cfg.min_weeks:
@@ -172,18 +162,17 @@ def build(engine: Engine, catalog: Catalog, as_of: dt.date, lake_root: str | Non
         if report.flagged:
             report.facts = _facts(engine, catalog, weekly, went, window, report, as_of, lake_root)
         models.append(report)
-    return {
-        "as_of": as_of.isoformat(),
-        "method_version": METHOD_VERSION,
-        "weeks": [w.isoformat() for w in window],
-        "dq_failed_weeks": sorted(w.isoformat() for w in failed if w in window),
-        "thresholds": cfg.model_dump(),
-        "rule": rule_text(cfg),
-        "definitions": definitions(cfg),
-        "currency": catalog.currency,
-        "models": models,
-        "lifecycle": _lifecycle_rows(weekly, window),
-    }
+    return RetirementReport(
+        as_of=as_of,
+        weeks=window,
+        dq_failed_weeks=sorted(w for w in failed if w in window),
+        thresholds=cfg.model_dump(),
+        rule=rule_text(cfg),
+        definitions=definitions(cfg),
+        currency=catalog.currency,
+        models=models,
+        lifecycle=_lifecycle_rows(weekly, window),
+    )
 
 
 def _lifecycle_rows(weekly: pa.Table, window: list[dt.date]) -> dict:
@@ -261,15 +250,13 @@ def _facts(engine, catalog, weekly, went, window, report: ModelReport, as_of, la
     return facts
 
 
-def _preview(engine, catalog: Catalog, lake_root, model: str, successor, as_of: dt.date):
+def _preview(
+    engine: Engine, catalog: Catalog, lake_root: str | None, model: str, successor: str | None, as_of: dt.date
+) -> PreviewResult | str:
     """The migration preview of the last complete month on every successor tier, or the reason there
     is none (an error of the preview, one line)."""
     if lake_root is None or successor is None:
         return "no lake given" if lake_root is None else "no successor"
-    from pipelines.adoption.preview import ALL, compute, resolve
-    from pipelines.warehouse.accounts import load_accounts_table
-    from pipelines.warehouse.gate import held_back
-
     month = last_complete_month(as_of)
     try:
         request = resolve(catalog, model, month, successor, ALL)
@@ -279,7 +266,9 @@ def _preview(engine, catalog: Catalog, lake_root, model: str, successor, as_of: 
         return str(exc)
 
 
-def _preview_facts(result, model: str, successor, as_of: dt.date) -> dict:
+def _preview_facts(
+    result: PreviewResult | str, model: str, successor: str | None, as_of: dt.date
+) -> dict[str, Any]:
     month = last_complete_month(as_of)
     if isinstance(result, str):
         return {"month": month, "successor": successor, "error": result, "tiers": {}}
@@ -297,11 +286,11 @@ def _preview_facts(result, model: str, successor, as_of: dt.date) -> dict:
     }
 
 
-def store(engine: Engine, report: dict) -> None:
-    as_of = dt.date.fromisoformat(report["as_of"])
+def store(engine: Engine, report: RetirementReport) -> None:
+    as_of = report.as_of
     t = RetirementCandidate.__table__
     rows = []
-    for m in report["models"]:
+    for m in report.models:
         d: Decision = m.decision
         a, s = d.trends.get("active_accounts"), d.trends.get("token_share")
         rows.append(
@@ -309,7 +298,7 @@ def store(engine: Engine, report: dict) -> None:
                 "as_of": as_of,
                 "model": m.model,
                 "method_version": METHOD_VERSION,
-                "last_week": dt.date.fromisoformat(report["weeks"][-1]),
+                "last_week": report.weeks[-1],
                 "weeks_used": d.weeks_used,
                 "detected": d.detected,
                 "flagged": m.flagged,
@@ -330,42 +319,10 @@ def store(engine: Engine, report: dict) -> None:
             conn.execute(insert(t), rows)
 
 
-def to_json(report: dict) -> dict:
-    def model(m: ModelReport) -> dict:
-        d = m.decision
-        return {
-            "model": m.model,
-            "flagged": m.flagged,
-            "detected": d.detected,
-            "detected_previous_week": bool(m.previous and m.previous.detected),
-            "reason": d.reason,
-            "weeks_used": d.weeks_used,
-            "weekly_active_accounts": dict(zip(m.weeks, m.accounts, strict=True)),
-            "token_share": dict(zip(m.weeks, m.share, strict=True)),
-            "trends": {
-                k: {
-                    "p": t.p_value,
-                    "q": d.q_values[k],
-                    "weekly_change": t.weekly_change,
-                    "interval_90": list(t.weekly_change_interval),
-                }
-                for k, t in d.trends.items()
-            },
-            **({"candidate": m.facts} if m.flagged else {}),
-        }
-
-    return {
-        **{k: v for k, v in report.items() if k != "models"},
-        "models": [model(m) for m in report["models"]],
-    }
-
-
 def run(
     engine: Engine, catalog: Catalog, as_of: dt.date, out: str | Path, lake_root: str | None = None
 ) -> dict:
     if lake_root is not None:
-        from pipelines.warehouse.binding import require_lake
-
         require_lake(engine, lake_root, "retirement report")
     with step_lock(engine, "retirement report"):
         report = build(engine, catalog, as_of, lake_root)
@@ -377,10 +334,10 @@ def run(
         write_text(folder / "report.json", json.dumps(data, indent=2, default=str))
         write_text(folder / "report.md", render_markdown(data))
         write_text(folder / "report.html", render_html(data))
-        for m in report["models"]:
+        for m in report.models:
             if not m.flagged:
                 continue
-            if not isinstance(m.preview, str) and m.preview is not None:
+            if isinstance(m.preview, PreviewResult):
                 write_preview(m.preview, folder / preview_folder(m.model))
             write_contacts(m.contacts, folder / contacts_file(m.model), m.facts.get("currency", ""))
     except OSError as exc:

@@ -82,10 +82,10 @@ def effectiveness_report(
                 ]
             )
         built = report.run(engine, s.lake, s.catalog, first, last, folder)
-    view = built["view"]
+    view = built.view
     out.print(
-        f"{len(view['weeks'])} week(s), {view['tasks']:,} tasks, {built['data']['orphan_outcomes']:,} orphan "
-        f"outcomes, {built['data']['open_tasks']:,} open tasks; report in {folder / 'effectiveness.html'}"
+        f"{len(view.weeks)} week(s), {view.tasks:,} tasks, {built.data['orphan_outcomes']:,} orphan "
+        f"outcomes, {built.data['open_tasks']:,} open tasks; report in {folder / 'effectiveness.html'}"
     )
-    for item in view["head_to_head"]:
-        out.print(sentence(item, view["currency"]))
+    for item in view.head_to_head:
+        out.print(sentence(item, view.currency))

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+from typing import TYPE_CHECKING
 
 from billing import effectiveness as eff
 from pipelines.effectiveness.figures import ALL_TIERS, sentence
 from pipelines.effectiveness.figures import duration as _duration
 from pipelines.effectiveness.figures import money as _money
+
+if TYPE_CHECKING:  # the report module renders with this one
+    from pipelines.effectiveness.report import EffectivenessReport, EffectivenessView
 
 e = html.escape
 
@@ -16,24 +20,24 @@ e = html.escape
 # -- Markdown -----------------------------------------------------------------------------------
 
 
-def _rework_note(view: dict) -> str:
-    if view["costed"]:
-        return f"Rework is costed at {view['currency']} {view['per_hour']:,.2f} per hour of a person's time."
+def _rework_note(view: EffectivenessView) -> str:
+    if view.costed:
+        return f"Rework is costed at {view.currency} {view.per_hour:,.2f} per hour of a person's time."
     return "Rework is not costed: the catalog has no `[effectiveness] rework_cost_per_hour`, so it counts 0."
 
 
-def _tier_rows(view: dict) -> list[dict]:
-    return [g for g in view["overall"] if g["task_class"] == eff.ALL_CLASSES and g["speed_tier"] != ALL_TIERS]
+def _tier_rows(view: EffectivenessView) -> list[dict]:
+    return [g for g in view.overall if g["task_class"] == eff.ALL_CLASSES and g["speed_tier"] != ALL_TIERS]
 
 
-def markdown(report: dict) -> str:
-    data, view = report["data"], report["view"]
-    cur = view["currency"]
-    weeks = view["weeks"]
+def markdown(report: EffectivenessReport) -> str:
+    data, view = report.data, report.view
+    cur = view.currency
+    weeks = view.weeks
     lines = [
         f"# Effectiveness, {weeks[0]} to {weeks[-1] + dt.timedelta(days=6)}",
         "",
-        f"{len(weeks)} complete ISO week(s); {view['tasks']:,} tasks; {data['orphan_outcomes']:,} outcomes "
+        f"{len(weeks)} complete ISO week(s); {view.tasks:,} tasks; {data['orphan_outcomes']:,} outcomes "
         f"without a request and {data['open_tasks']:,} tasks without an outcome (neither is in a rate).",
         _rework_note(view),
         "",
@@ -50,9 +54,9 @@ def markdown(report: dict) -> str:
             f"{_money(g['cost_per_accepted_task'], cur)} | {_money(g['cost_without_rework'], cur)} |"
         )
     lines += ["", "## Head to head, per task class", ""]
-    if not view["head_to_head"]:
+    if not view.head_to_head:
         lines.append("No model and its catalog successor both have tasks in these weeks.")
-    for item in view["head_to_head"]:
+    for item in view.head_to_head:
         lines.append(f"- {sentence(item, cur)}")
     lines += [
         "",
@@ -212,10 +216,10 @@ def _h2h_table(item: dict, currency: str) -> str:
     return f"<table class='h2h'>{head}{''.join(body)}</table>"
 
 
-def page(report: dict) -> str:
-    data, view = report["data"], report["view"]
-    cur = view["currency"]
-    weeks = view["weeks"]
+def page(report: EffectivenessReport) -> str:
+    data, view = report.data, report.view
+    cur = view.currency
+    weeks = view.weeks
     rows = _tier_rows(view)
     legend_time = "".join(
         f"<span style='background:{c}'></span>{n}"
@@ -230,7 +234,7 @@ def page(report: dict) -> str:
         for c, n in ((WITH_REWORK, "including rework"), (WITHOUT_REWORK, "tokens only"))
     )
     h2h = []
-    for item in view["head_to_head"]:
+    for item in view.head_to_head:
         cls = "all task classes" if item["task_class"] == eff.ALL_CLASSES else item["task_class"]
         h2h.append(f"<h3>{e(item['model'])} against {e(item['successor'])}: {e(cls)}</h3>")
         h2h.append(f"<p class='sentence'>{e(sentence(item, cur))}.</p>")
@@ -242,7 +246,7 @@ def page(report: dict) -> str:
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>Effectiveness {weeks[0]} to {end}</title><style>{CSS}</style></head><body>"
         f"<h1>Effectiveness, {weeks[0]} to {end}</h1>"
-        f"<p>{len(weeks)} complete ISO week(s), {view['tasks']:,} tasks. "
+        f"<p>{len(weeks)} complete ISO week(s), {view.tasks:,} tasks. "
         f"{data['orphan_outcomes']:,} outcomes had no request and {data['open_tasks']:,} tasks have no outcome: "
         "neither is in a rate.</p>"
         f"<p class='note'>{e(_rework_note(view))}</p>"

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -212,7 +214,28 @@ _EFFECT_FIELDS = (
 # -- the report ---------------------------------------------------------------------------------
 
 
-def build(engine: Engine, lake_root: str, catalog: Catalog, first: dt.date, last: dt.date) -> dict:
+@dataclass(frozen=True)
+class EffectivenessView:
+    """What the pages show beside effectiveness.json: the figures over the whole range."""
+
+    weeks: list[dt.date]
+    currency: str
+    costed: bool  # whether rework has a cost per hour in the catalog
+    per_hour: Decimal
+    overall: list[dict[str, Any]]  # the range's groups, labelled, with intervals
+    head_to_head: list[dict[str, Any]]  # each model beside its successor's tiers
+    tasks: int
+
+
+@dataclass(frozen=True)
+class EffectivenessReport:
+    data: dict[str, Any]  # effectiveness.json
+    view: EffectivenessView
+
+
+def build(
+    engine: Engine, lake_root: str, catalog: Catalog, first: dt.date, last: dt.date
+) -> EffectivenessReport:
     weeks = eff.complete_weeks(first, last)
     if not weeks:
         raise UsageBillingError(
@@ -236,28 +259,28 @@ def build(engine: Engine, lake_root: str, catalog: Catalog, first: dt.date, last
     }
     groups = range_groups(range_tasks(lake_root, weeks), catalog.effectiveness.per_hour, weeks[0])
     overall = labelled(_with_intervals(groups), catalog)
-    view = {
-        "weeks": weeks,
-        "currency": catalog.currency,
-        "costed": catalog.effectiveness.costed,
-        "per_hour": catalog.effectiveness.per_hour,
-        "overall": overall,
-        "head_to_head": head_to_head(catalog, overall),
-        "tasks": sum(int(done[w]["tasks"]) for w in weeks if w in done),
-    }
-    return {"data": data, "view": view}
+    view = EffectivenessView(
+        weeks=weeks,
+        currency=catalog.currency,
+        costed=catalog.effectiveness.costed,
+        per_hour=catalog.effectiveness.per_hour,
+        overall=overall,
+        head_to_head=head_to_head(catalog, overall),
+        tasks=sum(int(done[w]["tasks"]) for w in weeks if w in done),
+    )
+    return EffectivenessReport(data, view)
 
 
-def write(out_dir: Path, report: dict) -> None:
+def write(out_dir: Path, report: EffectivenessReport) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / "effectiveness.json", json.dumps(report["data"], indent=2) + "\n")
+    write_text(out_dir / "effectiveness.json", json.dumps(report.data, indent=2) + "\n")
     write_text(out_dir / "effectiveness.md", markdown(report))
     write_text(out_dir / "effectiveness.html", page(report))
 
 
 def run(
     engine: Engine, lake_root: str, catalog: Catalog, first: dt.date, last: dt.date, out_dir: Path
-) -> dict:
+) -> EffectivenessReport:
     report = build(engine, lake_root, catalog, first, last)
     write(out_dir, report)
     return report

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from sqlalchemy import Engine
 
 from pipelines import lake
+from pipelines.effectiveness.report import EffectivenessReport
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import documents as invoicing
 from pipelines.jobs import demo_summary as summary
@@ -209,7 +210,7 @@ def run_demo(
         step(STEPS[10])
         effectiveness_dir = Path(settings.reports) / "effectiveness"
         try:
-            effect: dict | None = effectiveness_report.run(
+            effect: EffectivenessReport | None = effectiveness_report.run(
                 engine, settings.lake, catalog, dates[0], dates[-1], effectiveness_dir
             )
         except UsageBillingError:  # a demo shorter than one complete week
@@ -235,7 +236,7 @@ def run_demo(
             "drafted as open-month drafts, which are never finalized"
         )
     if effect is not None:
-        summary.head_to_head(out, effect["view"], FAST_MODEL)
+        summary.head_to_head(out, effect.view, FAST_MODEL)
     failed = [r for r in reports if r.failed_errors]
     out.print(
         f"data quality: {len(reports)} partitions checked, {len(failed)} failed"

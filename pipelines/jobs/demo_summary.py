@@ -14,6 +14,7 @@ from rich.table import Table
 from sqlalchemy import Engine, func, literal_column, select, text
 
 from pipelines import lake
+from pipelines.effectiveness.report import EffectivenessView
 from pipelines.ingest import events as ingest
 from pipelines.settings import Settings
 from schemas.catalog import Catalog
@@ -263,20 +264,20 @@ def ingest_and_tokens(out: Console, result: ingest.IngestResult, tokens: dict[st
     out.print(table)
 
 
-def head_to_head(out: Console, view: dict, model: str) -> None:
+def head_to_head(out: Console, view: EffectivenessView, model: str) -> None:
     """The effectiveness of ``model`` against its catalog successor per task class (both over all
     their tiers), and the sentence for multi-file work against the successor's best tier."""
     from billing.effectiveness import ALL_CLASSES
     from pipelines.effectiveness.figures import ALL_TIERS, duration, sentence
 
-    items = [i for i in view["head_to_head"] if i["model"] == model]
+    items = [i for i in view.head_to_head if i["model"] == model]
     if not items:
         out.print(f"effectiveness: {model} and its successor have no tasks in the same weeks")
         return
     successor = items[0]["successor"]
-    overall = {(g["model"], g["task_class"]): g for g in view["overall"] if g["speed_tier"] == ALL_TIERS}
-    cur = view["currency"]
-    weeks = view["weeks"]
+    overall = {(g["model"], g["task_class"]): g for g in view.overall if g["speed_tier"] == ALL_TIERS}
+    cur = view.currency
+    weeks = view.weeks
     window = f"{weeks[0]} .. {weeks[-1] + dt.timedelta(days=6)}"  # the report's complete weeks
     title = (
         f"Effectiveness, {window}: A = {model} (all its tiers), B = {successor} (all its tiers together; "

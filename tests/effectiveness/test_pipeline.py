@@ -151,7 +151,7 @@ def test_the_report_files_orphans_and_open_tasks(computed, catalog, tmp_path):
     assert data["open_tasks"] == len(requested - known) > 0
     md = (tmp_path / "effectiveness.md").read_text()
     assert "gpt-5.3-codex-spark" in md and "Rework is costed at USD 90.00 per hour" in md
-    assert any(i["model"] == "gpt-5.3-codex-spark" for i in built["view"]["head_to_head"])
+    assert any(i["model"] == "gpt-5.3-codex-spark" for i in built.view.head_to_head)
 
 
 def _line(**row: object) -> str:
@@ -287,7 +287,7 @@ def test_the_page_shows_the_rates_times_and_costs_as_drawn(computed, catalog, tm
     built = report.run(
         make_engine(settings.database_url), settings.lake, catalog, DATES[0], DATES[-1], tmp_path
     )
-    rows = [g for g in built["view"]["overall"] if g["task_class"] == "*" and g["speed_tier"] != "*"]
+    rows = [g for g in built.view.overall if g["task_class"] == "*" and g["speed_tier"] != "*"]
     shot = tmp_path / "page.png"
     url = (tmp_path / "effectiveness.html").as_uri()
     subprocess.run(
@@ -318,6 +318,6 @@ def test_the_page_shows_the_rates_times_and_costs_as_drawn(computed, catalog, tm
         ["pdftotext", "-layout", str(pdf), "-"], check=True, capture_output=True, text=True
     )
     text = " ".join(printed.stdout.split()).replace("- ", "-")  # a line may break after "one-"
-    item = next(i for i in built["view"]["head_to_head"] if i["task_class"] == "multi_file")
+    item = next(i for i in built.view.head_to_head if i["task_class"] == "multi_file")
     assert " ".join(page.sentence(item, "USD").split()) in text
     assert "Rework is costed at USD 90.00 per hour" in text and "{" not in text

@@ -161,7 +161,7 @@ def _fits_a_terminal_of_80_columns(folder: Path) -> None:
     demo_summary.invoices(console, engine, months, catalog)
     demo_summary.speed(console, demo_summary.speed_by_model_tier(engine), catalog)
     demo_summary.backup_tank(console, engine, settings)
-    view = report.build(engine, settings.lake, catalog, dt.date(2026, 2, 1), dt.date(2026, 9, 30))["view"]
+    view = report.build(engine, settings.lake, catalog, dt.date(2026, 2, 1), dt.date(2026, 9, 30)).view
     demo_summary.head_to_head(console, view, FAST_MODEL)
     engine.dispose()
     shown = screen.getvalue()
