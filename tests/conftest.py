@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,7 +162,13 @@ class Built:
         shutil.copytree(self.lake_template, lake)
         url = make_url(self.settings.database_url)
         if url.get_backend_name() == "sqlite":
-            shutil.copy(url.database, scratch / "warehouse.db")
+            # SQLite's backup, not a file copy: the warehouse runs in WAL mode, and rows committed while
+            # a connection of this process is still open may be only in the -wal file.
+            with (
+                closing(sqlite3.connect(url.database)) as src,
+                closing(sqlite3.connect(scratch / "warehouse.db")) as dst,
+            ):
+                src.backup(dst)
             database_url = f"sqlite:///{scratch / 'warehouse.db'}"
         else:
             database_url = _postgres_database(template=url.database)

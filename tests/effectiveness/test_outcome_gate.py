@@ -63,6 +63,7 @@ def test_a_clean_outcome_partition_passes_the_outcome_suite(tmp_path, catalog):
     assert all(o.success for o in report.outcomes if o.check.dataset == "outcomes")
 
 
+@pytest.mark.slow
 def test_a_broken_outcome_partition_stops_effectiveness_not_billing(tmp_path, catalog):
     settings = _settings(tmp_path, catalog)
     ingest_and_aggregate(settings, [DAY])

@@ -231,6 +231,7 @@ def test_a_late_outcome_and_a_late_request_recompute_their_week(tmp_path, catalo
     _assert_matches(stored, expected)
 
 
+@pytest.mark.slow
 def test_postgres_gives_the_same_rows(postgres_url, tmp_path, landing, computed):
     from sqlalchemy import text
 

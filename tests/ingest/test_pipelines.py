@@ -78,6 +78,7 @@ def test_conservation_and_every_generated_event_exactly_once(sqlite_settings, ca
     assert result.total("duplicates", outcomes=True) == gen.outcomes.num_rows - keys.num_rows > 0
 
 
+@pytest.mark.slow
 def test_rerunning_dates_changes_no_partition_and_no_row(sqlite_settings):
     ingest_and_aggregate(sqlite_settings, small_dates())
     digest, rows = _lake_digest(sqlite_settings.lake), _usage_rows(sqlite_settings.database_url)
@@ -92,6 +93,7 @@ def test_rerunning_dates_changes_no_partition_and_no_row(sqlite_settings):
     assert _usage_rows(sqlite_settings.database_url) == rows
 
 
+@pytest.mark.slow
 def test_day_by_day_equals_one_range_run(sqlite_settings, tmp_path):
     ranged = ingest_and_aggregate(sqlite_settings, small_dates())
     ranged_rows = _usage_rows(sqlite_settings.database_url)
@@ -186,6 +188,7 @@ def test_bad_rows_and_bad_files_are_quarantined_and_good_rows_still_arrive(sqlit
     }
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgres_settings):
     from schemas.warehouse import ModelDaily, UsageDailyError
@@ -270,6 +273,7 @@ def _seen(seen: list[int], subs: int, units) -> int:  # type: ignore[no-untyped-
     return subs
 
 
+@pytest.mark.slow
 def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
     sqlite_settings, tmp_path, monkeypatch
 ):

@@ -130,6 +130,7 @@ def test_stored_details_are_strict_json():
     }
 
 
+@pytest.mark.slow
 def test_many_dates_are_validated_in_two_processes_with_the_same_outcomes(volume_drop, catalog, monkeypatch):
     """A backfill's dates are split between worker processes; every outcome equals the one-process run."""
     days = [DAY - dt.timedelta(days=7 * k) for k in (3, 2, 1)]

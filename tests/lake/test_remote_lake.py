@@ -100,6 +100,7 @@ def _runs(url: str) -> list[tuple]:
     return sorted(r[1:3] + r[5:9] for r in table_rows(url, IngestRun))  # landing, dataset, the counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["memfs"], indirect=True)  # S3: tests/jobs/test_production_profile.py
 def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_settings, tmp_path, catalog):
     """Ingest, the data-quality gate, aggregation and metering, day by day as run-day does it, on both."""
@@ -154,6 +155,7 @@ class _Stopped(BaseException):
     """Ends a run at a checkpoint the way a lost machine would, as far as the lake can tell."""
 
 
+@pytest.mark.slow
 def test_runs_stopped_on_an_object_store_are_finished_or_discarded_by_the_next(
     store, sqlite_settings, tmp_path, monkeypatch
 ):

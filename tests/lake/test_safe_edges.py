@@ -425,6 +425,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("usage-billing ")
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_statement_timeout_ends_with_one_line_and_a_rollback(postgres_settings):
     from tests.runtime.test_faults import cli, ok

@@ -126,6 +126,7 @@ def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingest
     assert (table_rows(other.database_url, BillableUsage), table_rows(other.database_url, PoolUsage)) == once
 
 
+@pytest.mark.slow
 def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalog, tmp_path):
     """A rewritten event file of the period, another plan for an account, or another catalog: the
     run reads from the period starts again, and gives the rows of a run from scratch."""
@@ -297,6 +298,7 @@ def test_run_day_meters_to_the_end_of_the_periods_its_dates_touch(catalog):
     assert got[0] == dt.date(2026, 3, 3) and got[-1] == dt.date(2026, 3, 8) and len(got) == 6
 
 
+@pytest.mark.slow
 def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
     sqlite_settings, catalog, tmp_path
 ):
