@@ -100,7 +100,7 @@ class _Ordered:
     kinds: np.ndarray  # n x kinds (registry order)
     counted: np.ndarray  # the kinds the allowances count
     demand: np.ndarray  # tokens the allowances count, per event
-    plan: pa.Array  # input order; "" = pay as you go
+    plan: pa.ChunkedArray  # input order; "" = pay as you go
     models: pa.ChunkedArray  # input order
     times: pa.Array  # input order
     state_code: np.ndarray  # the state's accounts as codes
@@ -125,7 +125,7 @@ def _ordered(events: pa.Table, state: pa.Table) -> _Ordered:
         kinds=kinds,
         counted=counted,
         demand=kinds[:, counted].sum(axis=1),
-        plan=pc.fill_null(events["plan"], "").combine_chunks(),
+        plan=pc.fill_null(events["plan"], ""),
         models=events["model"],
         times=events["event_time"].combine_chunks().cast(TIMESTAMP),
         state_code=pc.index_in(state["account_id"], value_set=accounts).to_numpy(zero_copy_only=False),

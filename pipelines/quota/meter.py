@@ -123,7 +123,6 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
     seconds: dict[str, float] = {}
     first, last = dates[0], dates[-1]
     try:
-        began = time.perf_counter()
         units = lake.row_group_units(
             [
                 f
@@ -132,6 +131,7 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
                 for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))
             ]
         )
+        began = time.perf_counter()
         with run_pipeline(options) as p:
             metered = (
                 p
