@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
 
+from pipelines.jobs.chain import MONTHLY
 from pipelines.jobs.dag_defaults import DEFAULT_ARGS, MONTH_CLOSED, START, TAGS
 
 
@@ -46,48 +47,25 @@ def billing_monthly():
         return previous_month(logical_date.date())
 
     @task
-    def remeter(month: str) -> str:
-        from pipelines.jobs.tasks import remeter_month
+    def monthly_step(name: str, state: dict | str) -> dict:
+        from pipelines.jobs.tasks import monthly_step
 
-        remeter_month(month)
-        return month
-
-    @task
-    def draft(month: str) -> str:
-        from pipelines.jobs.tasks import draft_month
-
-        draft_month(month)
-        return month
-
-    @task(retries=0)  # a mismatch needs a person
-    def reconcile(month: str) -> str:
-        from pipelines.jobs.tasks import reconcile_month
-
-        reconcile_month(month)
-        return month
+        return monthly_step(name, state)
 
     @task
-    def finalize(month: str) -> str:
-        from pipelines.jobs.tasks import finalize_month
-
-        finalize_month(month)
-        return month
-
-    @task
-    def export(month: str) -> str:
-        from pipelines.jobs.tasks import export_month
-
-        return export_month(month)
-
-    @task
-    def adjust_earlier_months(month: str) -> list[dict]:
+    def adjust_earlier_months(state: dict) -> list[dict]:
         from pipelines.jobs.tasks import adjust_months, months_to_adjust
 
-        return adjust_months(months_to_adjust(month))
+        return adjust_months(months_to_adjust(state["month"]))
 
-    month = finalize(reconcile(draft(remeter(resolve_month()))))
-    export(month)
-    adjust_earlier_months(month)
+    # one task per step of the monthly chain, named as the step, each given the state the one before
+    # returned; a reconciliation that fails needs a person, not a retry
+    state = resolve_month()
+    for step in MONTHLY:
+        settings: dict = {"retries": 0} if step.gate else {}
+        state = monthly_step.override(task_id=step.name, **settings)(step.name, state)
+        if step.name == "finalize":
+            adjust_earlier_months(state)
 
 
 billing_monthly()

@@ -22,6 +22,7 @@ import datetime as dt
 
 from airflow.sdk import dag, task
 
+from pipelines.jobs.chain import DAILY
 from pipelines.jobs.dag_defaults import (
     DEFAULT_ARGS,
     MONTH_CLOSED,
@@ -30,6 +31,8 @@ from pipelines.jobs.dag_defaults import (
     USAGE_DAY,
     WEEK_COMPLETE,
 )
+
+PUBLISHED = next(step for step in DAILY if step.publishes == USAGE_DAY.name)  # after metering
 
 
 @dag(
@@ -50,39 +53,16 @@ def usage_daily():
         return landing_ready(ds)
 
     @task
-    def ingest(ds=None) -> dict:
-        from pipelines.jobs.tasks import ingest_day
+    def daily_step(name: str, state: dict | None, ds=None, outlet_events=None) -> dict:
+        from pipelines.jobs.tasks import daily_step
 
-        return ingest_day(ds)
-
-    @task(retries=0)  # a failed gate needs a person, not a retry
-    def quality_gate(ingested: dict) -> list[str]:
-        from pipelines.jobs.tasks import quality_gate
-
-        return quality_gate(ingested)
-
-    @task
-    def aggregate(dates: list[str]) -> list[str]:
-        from pipelines.jobs.tasks import aggregate_dates
-
-        return aggregate_dates(dates)
-
-    @task(outlets=[USAGE_DAY])
-    def meter(dates: list[str], ds=None, outlet_events=None) -> list[str]:
-        from pipelines.jobs.tasks import meter_dates
-
-        metered = meter_dates(dates)
-        outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": dates}
-        return metered
-
-    @task
-    def effectiveness(dates: list[str]) -> list[str]:
-        from pipelines.jobs.tasks import effectiveness_weeks
-
-        return effectiveness_weeks(dates)
+        done = daily_step(name, state, ds)
+        if name == PUBLISHED.name:
+            outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": done["aggregated"]}
+        return done
 
     @task(outlets=[WEEK_COMPLETE])
-    def week_complete(_: list[str], ds=None, outlet_events=None) -> str:
+    def week_complete(_: dict, ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
 
         day = dt.date.fromisoformat(ds)
@@ -92,7 +72,7 @@ def usage_daily():
         return ds
 
     @task(outlets=[MONTH_CLOSED])
-    def month_closed(_: list[str], ds=None, outlet_events=None) -> str:
+    def month_closed(_: dict, ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
 
         from pipelines.jobs.tasks import month_grace_days
@@ -106,14 +86,20 @@ def usage_daily():
         outlet_events[MONTH_CLOSED].extra = {"month": month}
         return month
 
-    ready = wait_for_landing()
-    day = ingest()
-    ready >> day
-    gated = quality_gate(day)
-    metered = meter(aggregate(gated))
-    effectiveness(gated) << metered  # after metering: one warehouse writer at a time on SQLite
-    week_complete(metered)
-    month_closed(metered)
+    # one task per step of the daily chain, named as the step, each given the state the one before
+    # returned; a gate's failure needs a person, not a retry
+    previous = wait_for_landing()
+    state = None
+    for step in DAILY:
+        settings: dict = {"retries": 0} if step.gate else {}
+        if step.publishes:
+            settings["outlets"] = [USAGE_DAY]
+        done = daily_step.override(task_id=step.name, **settings)(step.name, state)
+        previous >> done
+        previous = state = done
+        if step is PUBLISHED:
+            week_complete(done)
+            month_closed(done)
 
 
 usage_daily()

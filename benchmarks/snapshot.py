@@ -40,6 +40,7 @@ VOLATILE = {
     "computed_at",
     "accepted_at",
     "checked_at",
+    "recorded_at",
     "finalized_at",
     "voided_at",
     "issued_at",
@@ -76,7 +77,9 @@ def take(database: str, lake: str, drop: list[str] = ()) -> dict:
             result = conn.execute(sa.text(f'SELECT * FROM "{name}"'))
             columns = list(result.keys())
             rows = [dict(zip(columns, r, strict=True)) for r in result]
-            table = pa.Table.from_pylist([{k: str(v) for k, v in r.items()} for r in rows]) if rows else None
+            # a lake's path in a value (a lock's name) is where the run was, not what it did
+            values = [{k: str(v).replace(lake, "<lake>") for k, v in r.items()} for r in rows]
+            table = pa.Table.from_pylist(values) if rows else None
             gone = {d.split(".", 1)[1] for d in drop if d.split(".", 1)[0] == name}
             digest, keep = _digest(table, gone) if table is not None else ("", columns)
             out["warehouse"][name] = {"rows": len(rows), "digest": digest, "columns": keep}

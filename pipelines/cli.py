@@ -26,7 +26,6 @@ from pipelines.runtime.console import (
     DateOpt,
     FromOpt,
     ToOpt,
-    dates_argv,
     err,
     lake_settings,
     out,
@@ -34,6 +33,8 @@ from pipelines.runtime.console import (
     step,
     warehouse_of,
 )
+from pipelines.runtime.context import RunContext, StepOptions, split_argv
+from pipelines.runtime.dates import date_range, parse_date
 from pipelines.runtime.logs import quiet
 from pipelines.runtime.startup import defer_collection_until_work, tune_allocator
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING, Settings
@@ -174,7 +175,6 @@ def lake_files_command(
     --from/--to): what DuckDB, pyarrow or Spark should read. On an object store a partition's manifest
     names them; files beside them are from commits not finished or superseded."""
     from pipelines import lake as lake_files
-    from pipelines.runtime.options import CommonOptions, date_range
 
     s = lake_settings(ctx)
     names = sorted(
@@ -187,7 +187,7 @@ def lake_files_command(
         raise UsageBillingError(f"no dataset {dataset!r} in the lake at {s.lake} (datasets there: {known})")
     dates = lake_files.partition_dates(s.lake, dataset)
     if date or start or end:
-        wanted = set(date_range(CommonOptions(dates_argv(date, start, end))))
+        wanted = set(date_range(date, start, end))
         dates = [d for d in dates if d in wanted]
     for day in dates:
         for path in lake_files.list_files(lake_files.partition(s.lake, dataset, day)):
@@ -236,8 +236,10 @@ def usage_aggregate(
     from pipelines.usage import aggregate
 
     s = settings_of(ctx)
-    with step("aggregating"):
-        loaded = aggregate.run([*s.argv(), *dates_argv(date, start, end), *ctx.args])
+    dates = date_range(date, start, end)
+    _, flags, beam_args = split_argv(ctx.args)
+    with step("aggregating"), RunContext.open(s, beam_args) as context:
+        loaded = aggregate.run(context, dates, StepOptions(flags.run_id))
     out.print(f"usage_daily: {sum(loaded.values()):,} rows for {len(loaded)} day(s)")
 
 
@@ -252,17 +254,15 @@ def run_day(
 ) -> None:
     """Ingest one landing date, gate it on data quality, aggregate and meter it and what it changed."""
     from pipelines.errors import DataQualityError
-    from pipelines.jobs.run_day import ingest_and_aggregate
-    from pipelines.runtime.options import parse_date
+    from pipelines.jobs.run_day import run_day as run_chain
 
     s = settings_of(ctx)
     day = parse_date(date, "--date")
     try:
-        with step(f"run-day {day}", total=4) as status:
-            result = ingest_and_aggregate(
-                s,
+        with step(f"run-day {day}", total=5) as status, RunContext.open(s, ctx.args) as context:
+            result = run_chain(
+                context,
                 [day],
-                ctx.args,
                 on_step=lambda n: status.update(f"run-day {day}: {n}"),
                 accept_reason=accept_dq,
             )

@@ -30,6 +30,9 @@ class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     lake: str = DEFAULT_LAKE
     landing: str = DEFAULT_LANDING
+    beam_args: tuple[str, ...] = ()  # Beam flags every pipeline of a DAG task runs with
+    exports_root: str | None = None  # where the monthly DAG writes invoice exports (else beside the lake)
+    reports_root: str | None = None  # where the weekly DAG writes retirement reports (else beside the lake)
 
     @classmethod
     def from_env(cls, **overrides: str | None) -> Settings:
@@ -41,29 +44,22 @@ class Settings:
             "landing": os.environ.get("USAGE_BILLING_LANDING", DEFAULT_LANDING),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    @property
-    def beam_args(self) -> list[str]:
-        """Beam flags for every pipeline a DAG task runs, and the lake's file-system flags for its other
-        lake access: ``USAGE_BILLING_BEAM_ARGS`` as shell words (``--runner=... --dask_client_address=...``),
-        what the command line takes after ``--``."""
-        import shlex
-
-        try:
-            return shlex.split(os.environ.get("USAGE_BILLING_BEAM_ARGS", ""))
-        except ValueError as exc:
-            raise UsageBillingError(f"USAGE_BILLING_BEAM_ARGS is not shell words: {exc}") from None
+        return cls(
+            **values,
+            beam_args=_shell_words("USAGE_BILLING_BEAM_ARGS"),
+            exports_root=os.environ.get("USAGE_BILLING_EXPORTS"),
+            reports_root=os.environ.get("USAGE_BILLING_REPORTS"),
+        )
 
     @property
     def exports(self) -> str:
         """Where the monthly DAG writes invoice exports: ``USAGE_BILLING_EXPORTS``, else beside the lake."""
-        return os.environ.get("USAGE_BILLING_EXPORTS", str(Path(self.lake).parent / "exports"))
+        return self.exports_root or str(Path(self.lake).parent / "exports")
 
     @property
     def reports(self) -> str:
         """Where the weekly DAG writes retirement reports: ``USAGE_BILLING_REPORTS``, else beside the lake."""
-        return os.environ.get("USAGE_BILLING_REPORTS", str(Path(self.lake).parent / "reports"))
+        return self.reports_root or str(Path(self.lake).parent / "reports")
 
     @cached_property
     def catalog(self) -> Catalog:
@@ -83,6 +79,18 @@ class Settings:
             "--landing",
             self.landing,
         ]
+
+
+def _shell_words(name: str) -> tuple[str, ...]:
+    """Beam flags for every pipeline a DAG task runs, and the lake's file-system flags for its other
+    lake access: ``USAGE_BILLING_BEAM_ARGS`` as shell words (``--runner=... --dask_client_address=...``),
+    what the command line takes after ``--``."""
+    import shlex
+
+    try:
+        return tuple(shlex.split(os.environ.get(name, "")))
+    except ValueError as exc:
+        raise UsageBillingError(f"{name} is not shell words: {exc}") from None
 
 
 def lock_wait() -> float:

@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
+from pipelines.runtime.context import RunContext
 from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.catalog import Catalog, load_catalog
@@ -261,7 +262,7 @@ def close_month(settings: Settings, month: str, scratch: Path) -> None:
     from billing.invoices import utc_span
     from pipelines.ingest import events as ingest
     from pipelines.quota import meter
-    from pipelines.runtime.options import contiguous
+    from pipelines.runtime.dates import contiguous
     from schemas.warehouse import Account, IngestRun
 
     engine = make_engine(settings.database_url)
@@ -279,5 +280,48 @@ def close_month(settings: Settings, month: str, scratch: Path) -> None:
         (empty / day.isoformat()).mkdir(parents=True, exist_ok=True)
     quiet = Settings(settings.config, settings.database_url, settings.lake, str(empty))
     for run in contiguous(missing):  # only the missing dates: the others keep what they hold
-        ingest.run([*quiet.argv(), "--from", run[0].isoformat(), "--to", run[-1].isoformat()])
-    meter.run([*settings.argv(), "--month", month])
+        ingest.main([*quiet.argv(), "--from", run[0].isoformat(), "--to", run[-1].isoformat()])
+    meter.main([*settings.argv(), "--month", month])
+
+
+def date_args(dates: list[dt.date]) -> list[str]:
+    """The date flags of ``dates`` (consecutive) for a stage's ``main(argv)``."""
+    if len(dates) == 1:
+        return ["--date", dates[0].isoformat()]
+    return ["--from", dates[0].isoformat(), "--to", dates[-1].isoformat()]
+
+
+def run_day(settings: Settings, dates: list[dt.date], **kwargs):  # type: ignore[no-untyped-def]
+    """``run-day`` on the landing ``dates`` in this process, on a runtime context of ``settings``."""
+    from pipelines.jobs.run_day import run_day as run
+
+    with RunContext.open(settings) as context:
+        return run(context, dates, **kwargs)
+
+
+def meter_changed(settings: Settings, utc_dates: list[dt.date]) -> list[str]:
+    """The daily chain's meter step after these UTC dates changed: what it metered, per run."""
+    from pipelines.jobs.steps import DayState, meter
+
+    with RunContext.open(settings) as context:
+        return list(meter(context, DayState(aggregated=tuple(utc_dates))).metered)
+
+
+# The test files that run the whole system end to end, longest first. ``make test`` hands whole files
+# to two workers (``--dist loadfile``) in collection order: starting with these lets the many short
+# files fill in around them instead of one worker running the longest file alone at the end.
+LONGEST_FIRST = (
+    "tests/jobs/test_first_contact.py",
+    "tests/jobs/test_production_profile.py",
+    "tests/jobs/test_airflow_dags.py",
+    "tests/jobs/test_packaging.py",
+    "tests/runtime/test_faults.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    def rank(item) -> int:  # type: ignore[no-untyped-def]
+        path = Path(str(item.fspath)).relative_to(ROOT).as_posix()
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within and among the other files is kept

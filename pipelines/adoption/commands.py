@@ -27,7 +27,7 @@ def retirement_report(
 ) -> None:
     """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
     from pipelines.adoption.retirement import run as report
-    from pipelines.runtime.options import parse_date
+    from pipelines.runtime.dates import parse_date
 
     s = lake_settings(ctx)
     day = parse_date(as_of, "--as-of")

@@ -12,12 +12,12 @@ from pipelines.runtime.console import (
     FromOpt,
     OutOpt,
     ToOpt,
-    dates_argv,
     out,
     settings_of,
     step,
-    warehouse_of,
 )
+from pipelines.runtime.context import RunContext, split_argv
+from pipelines.runtime.dates import date_range
 from pipelines.runtime.outputs import output_folder
 
 effectiveness_app = typer.Typer(
@@ -34,9 +34,10 @@ def effectiveness_compute(
     from pipelines.effectiveness import pipeline
 
     s = settings_of(ctx)
-    argv = [*s.argv(), *(dates_argv(date, start, end) if (date or start or end) else []), *ctx.args]
-    with step("computing effectiveness"):
-        weeks = pipeline.run(argv)
+    dates = date_range(date, start, end) if (date or start or end) else None
+    _, flags, beam_args = split_argv(ctx.args)
+    with step("computing effectiveness"), RunContext.open(s, beam_args) as context:
+        weeks = pipeline.run(context, dates, pipeline.EffectivenessOptions(flags.run_id))
     if weeks:
         out.print(f"task_effectiveness: {len(weeks)} week(s) computed, {weeks[0]} .. {weeks[-1]}")
     else:
@@ -58,29 +59,21 @@ def effectiveness_report(
     from pipelines.effectiveness import pipeline, report
     from pipelines.effectiveness.figures import sentence
     from pipelines.errors import UsageBillingError
-    from pipelines.runtime.options import parse_date
+    from pipelines.runtime.dates import parse_date
 
     s = settings_of(ctx)
     first, last = parse_date(start, "--from date"), parse_date(end, "--to date")
     if last < first:
         raise UsageBillingError(f"--to {last} is before --from {first}")
     folder = output_folder(out_dir, s.lake, s.landing, create=False)
-    engine = warehouse_of(ctx)
-    with step(f"effectiveness report {first} .. {last}"):
-        pipeline.run([*s.argv(), *ctx.args])  # the weeks that changed since they were computed
+    with step(f"effectiveness report {first} .. {last}"), RunContext.open(s, ctx.args) as context:
+        engine = context.engine
+        pipeline.run(context)  # the weeks that changed since they were computed
         weeks = complete_weeks(first, last)
         missing = report.uncomputed(engine, s.lake, weeks) if weeks else []
         if missing:
-            pipeline.run(
-                [
-                    *s.argv(),
-                    "--from",
-                    str(missing[0]),
-                    "--to",
-                    str(missing[-1] + dt.timedelta(days=6)),
-                    *ctx.args,
-                ]
-            )
+            span = (missing[-1] - missing[0]).days + 7  # the weeks from the first to the last missing one
+            pipeline.run(context, [missing[0] + dt.timedelta(days=i) for i in range(span)])
         built = report.run(engine, s.lake, s.catalog, first, last, folder)
     view = built.view
     out.print(

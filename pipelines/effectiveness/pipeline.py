@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from dataclasses import dataclass
 
 import apache_beam as beam
 import numpy as np
@@ -28,13 +29,15 @@ from billing.calendar import monday
 from billing.effectiveness_groups import group_metrics
 from pipelines import lake
 from pipelines.errors import UsageBillingError
-from pipelines.runtime.options import CommonOptions, date_range, pipeline_options, run_pipeline
+from pipelines.runtime.context import RunContext, StepOptions, split_argv
+from pipelines.runtime.dates import dates_of
+from pipelines.runtime.options import run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.binding import require_lake
-from pipelines.warehouse.engine import insert_arrow, make_engine, require_schema
+from pipelines.warehouse.engine import insert_arrow
 from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import Fence, database_lock, step_lock
-from schemas.catalog import Catalog, load_catalog
+from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA, utc_date
 from schemas.lake import AMOUNT
 from schemas.outcomes import MAX_TASK_DAYS, OUTCOME_LAKE_SCHEMA
@@ -239,57 +242,60 @@ def weeks_of(lake_root: str, rows: list[tuple[dt.date, str, str]]) -> dict[tuple
 # -- driver -------------------------------------------------------------------------------------
 
 
-EffectivenessOptions = CommonOptions
+@dataclass(frozen=True)
+class EffectivenessOptions(StepOptions):
+    """``skip``: dates whose queue rows stay queued (the data-quality gate stopped them)."""
+
+    skip: frozenset[dt.date] = frozenset()
 
 
 def run(
-    argv: list[str] | None = None, skip: set[dt.date] | frozenset[dt.date] = frozenset()
+    context: RunContext, dates: list[dt.date] | None = None, options: EffectivenessOptions | None = None
 ) -> list[dt.date]:
-    """Compute the weeks of ``--date``/``--from``/``--to`` (every ISO week touching them), or without a
-    date the weeks the queue holds (but for its rows of ``skip`` dates, which stay queued); returns
-    the weeks computed."""
-    options = pipeline_options(argv)
-    opts = options.view_as(EffectivenessOptions)
-    dates = date_range(opts) if (opts.date or opts.from_date or opts.to_date) else None
-    catalog = load_catalog(opts.config)
-    with database_lock(opts.database_url, "effectiveness") as fence:
-        return _run(options, opts, dates, catalog, skip, fence)
+    """Compute the weeks of ``dates`` (every ISO week touching them), or without dates the weeks the
+    queue holds (but for its rows of ``options.skip`` dates, which stay queued); returns the weeks
+    computed."""
+    with database_lock(context.settings.database_url, "effectiveness") as fence:
+        return _run(context, dates, options or EffectivenessOptions(), fence)
+
+
+def main(argv: list[str] | None = None) -> list[dt.date]:
+    """``run`` from an argument list (a script, a test): settings flags, dates (or none: the queue),
+    Beam's flags."""
+    settings, flags, beam_args = split_argv(argv)
+    dates = dates_of(flags) if (flags.date or flags.from_date or flags.to_date) else None
+    with RunContext.open(settings, beam_args) as context:
+        return run(context, dates, EffectivenessOptions(flags.run_id))
 
 
 def _run(
-    options, opts, dates: list[dt.date] | None, catalog: Catalog, skip=frozenset(), fence: Fence | None = None
+    context: RunContext, dates: list[dt.date] | None, options: EffectivenessOptions, fence: Fence | None
 ) -> list[dt.date]:
-    engine = make_engine(opts.database_url)
-    try:
-        require_schema(engine)
-        require_lake(engine, opts.lake, STEP)
-        with step_lock(engine, lake.ingest_lock(opts.lake)):  # not while an ingest swaps partitions
-            for dataset in (lake.EVENTS, lake.OUTCOMES):
-                lake.recover(opts.lake, dataset)
-        started = dt.datetime.now(dt.UTC)
-        held = held_partitions(engine)
-        # a week with a partition the gate holds back waits (its queue rows too) until it is accepted
-        waiting = {d for _, d in held} | set(skip)
-        pending = [r for r in queued(engine, started) if r[0] not in waiting]
-        reach = weeks_of(opts.lake, pending)
-        if dates is None:
-            weeks = sorted(set().union(*reach.values())) if reach else []
-        else:
-            weeks = sorted({monday(d) for d in dates})
-        blocked_weeks = {monday(d) for d in waiting}
-        if blocked_weeks & set(weeks):
-            log.warning(
-                "%s: weeks %s wait for the data-quality gate", STEP, sorted(blocked_weeks & set(weeks))
-            )
-            weeks = [w for w in weeks if w not in blocked_weeks]
-        covered = [r for r, w in reach.items() if w <= set(weeks)]
-        if weeks:
-            _compute(options, opts, engine, catalog, weeks, covered, held, fence)
-        elif covered:
-            _dequeue(engine, covered)
-        return weeks
-    finally:
-        engine.dispose()
+    engine, root = context.engine, context.lake
+    require_lake(engine, root, STEP)
+    with step_lock(engine, lake.ingest_lock(root)):  # not while an ingest swaps partitions
+        for dataset in (lake.EVENTS, lake.OUTCOMES):
+            lake.recover(root, dataset)
+    started = dt.datetime.now(dt.UTC)
+    held = held_partitions(engine)
+    # a week with a partition the gate holds back waits (its queue rows too) until it is accepted
+    waiting = {d for _, d in held} | set(options.skip)
+    pending = [r for r in queued(engine, started) if r[0] not in waiting]
+    reach = weeks_of(root, pending)
+    if dates is None:
+        weeks = sorted(set().union(*reach.values())) if reach else []
+    else:
+        weeks = sorted({monday(d) for d in dates})
+    blocked_weeks = {monday(d) for d in waiting}
+    if blocked_weeks & set(weeks):
+        log.warning("%s: weeks %s wait for the data-quality gate", STEP, sorted(blocked_weeks & set(weeks)))
+        weeks = [w for w in weeks if w not in blocked_weeks]
+    covered = [r for r, w in reach.items() if w <= set(weeks)]
+    if weeks:
+        _compute(context, options, weeks, covered, held, fence)
+    elif covered:
+        _dequeue(engine, covered)
+    return weeks
 
 
 def _dequeue(engine: Engine, rows: list[tuple]) -> None:
@@ -309,30 +315,29 @@ def _read(stage: str, name: str, weeks: list[dt.date], schema: pa.Schema) -> pa.
 
 
 def _compute(
-    options,
-    opts,
-    engine: Engine,
-    catalog: Catalog,
+    context: RunContext,
+    options: StepOptions,
     weeks: list[dt.date],
     covered: list[tuple],
     held: Held,
     fence: Fence | None = None,
 ) -> None:
-    run_id = opts.run_id or new_run_id("effectiveness")
-    stage = fresh_stage(opts.lake, run_id, STEP)
+    engine, catalog = context.engine, context.catalog
+    run_id = options.run_id or new_run_id("effectiveness")
+    stage = fresh_stage(context.lake, run_id, STEP)
     try:
-        with run_pipeline(options) as p:
+        with run_pipeline(context.beam_options()) as p:
             _ = (
                 p
                 | "Weeks" >> beam.Create(weeks)
-                | "WeeklyEffectiveness" >> WeeklyEffectiveness(opts.lake, stage, catalog, held)
+                | "WeeklyEffectiveness" >> WeeklyEffectiveness(context.lake, stage, catalog, held)
             )
         groups = _read(stage, "groups", weeks, GROUP_SCHEMA)
         counts = _read(stage, "weeks", weeks, WEEK_SCHEMA)
         if counts.num_rows != len(weeks):
             raise UsageBillingError(f"effectiveness: {counts.num_rows} of {len(weeks)} weeks were staged")
         for week in weeks:
-            lake.commit(lake.partition(stage, TASKS, week), lake.partition(opts.lake, TASKS, week), run_id)
+            lake.commit(lake.partition(stage, TASKS, week), lake.partition(context.lake, TASKS, week), run_id)
         now = dt.datetime.now(dt.UTC)
         n = groups.num_rows
         groups = groups.append_column("computed_at", pa.array([now] * n, pa.timestamp("us", tz="UTC")))

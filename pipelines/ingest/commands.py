@@ -13,13 +13,14 @@ from pipelines.runtime.console import (
     DateOpt,
     FromOpt,
     ToOpt,
-    dates_argv,
     lake_settings,
     out,
     settings_of,
     step,
     warehouse_of,
 )
+from pipelines.runtime.context import RunContext, split_argv
+from pipelines.runtime.dates import date_range
 
 events_app = typer.Typer(no_args_is_help=False, help="Usage events: generate and ingest.")
 
@@ -42,7 +43,7 @@ def events_generate(
     """Write synthetic landing files and an accounts CSV for the scenario."""
     from pipelines.jobs.generate import GeneratorConfig, generate
     from pipelines.jobs.landing import write_landing
-    from pipelines.runtime.options import parse_date
+    from pipelines.runtime.dates import parse_date
 
     s = settings_of(ctx)
     try:
@@ -73,10 +74,14 @@ def events_generate(
 def events_ingest(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
     """Validate, deduplicate and store landing files in the lake (Beam flags after --)."""
     from pipelines.ingest import events as ingest
+    from pipelines.ingest.options import IngestFlags, IngestOptions
 
     s = settings_of(ctx)
-    with step("ingesting"):
-        result = ingest.run([*s.argv(), *dates_argv(date, start, end), *ctx.args])
+    dates = date_range(date, start, end)
+    _, flags, beam_args = split_argv(ctx.args, IngestFlags)
+    options = IngestOptions.from_flags(flags)
+    with step("ingesting"), RunContext.open(s, beam_args) as context:
+        result = ingest.run(context, dates, options)
     print_ingest(result)
 
 
@@ -90,16 +95,15 @@ def events_replay(
 ) -> None:
     """Ingest a landing date's quarantined rows again (their cause fixed), then aggregate and meter them."""
     from pipelines.ingest import replay
-    from pipelines.jobs.run_day import ingest_and_aggregate
-    from pipelines.runtime.options import parse_date
+    from pipelines.jobs.run_day import run_day
+    from pipelines.runtime.dates import parse_date
 
     s = settings_of(ctx)
     day = parse_date(date, "--date")
-    with step(f"replaying the quarantine of {day}", total=4) as status:
-        result, summary = replay.run(s, day, reason, ctx.args)
-        done = ingest_and_aggregate(
-            s, [], ctx.args, on_step=lambda n: status.update(f"replay {day}: {n}"), ingested=result
-        )
+    status = step(f"replaying the quarantine of {day}", total=5)
+    with status as progress, RunContext.open(s, ctx.args) as context:
+        result, summary = replay.run(context, day, reason)
+        done = run_day(context, [], on_step=lambda n: progress.update(f"replay {day}: {n}"), ingested=result)
     out.print(
         f"replayed {summary.selected:,} quarantined rows of {day}"
         + (f" with reason {reason}" if reason else "")
@@ -116,16 +120,16 @@ def events_replay(
 
 def print_day(done) -> None:
     """What a run-day (or a replay) did: the ingest, the dates aggregated, the metering runs."""
-    from pipelines.runtime.options import date_ranges
+    from pipelines.runtime.dates import date_ranges
 
-    print_ingest(done.ingest)
+    print_ingest(done.ingested)
     out.print(f"aggregated {len(done.aggregated)} date(s): {date_ranges(done.aggregated) or 'none'}")
     if done.blocked:
         out.print(f"stopped by the data-quality gate: {date_ranges(done.blocked)}")
     for run in done.metered:
         out.print(f"metered {run}")
-    if done.effectiveness:
-        weeks = done.effectiveness
+    if done.weeks:
+        weeks = done.weeks
         out.print(f"effectiveness: {len(weeks)} week(s) computed, {weeks[0]} .. {weeks[-1]}")
 
 
@@ -161,14 +165,13 @@ def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, en
     """Run the data-quality suite on committed partitions; store and render the results."""
     from pipelines.ingest import quality
     from pipelines.ingest.quality_pages import html_path, index_path
-    from pipelines.runtime.options import CommonOptions, date_range
 
     s = lake_settings(ctx)
-    dates = date_range(CommonOptions(dates_argv(date, start, end)))
+    dates = date_range(date, start, end)
     engine = warehouse_of(ctx)
     with step("checking data quality"):
         reports = quality.check_partitions(engine, s.lake, s.catalog, dates, "dq-check")
-    from pipelines.runtime.options import date_ranges
+    from pipelines.runtime.dates import date_ranges
 
     passed = [r.day for r in reports if not r.failed_errors]
     if passed:
@@ -192,7 +195,7 @@ def dq_accept(
 ) -> None:
     """Accept a failed data-quality gate for one date (recorded with who, when and why)."""
     from pipelines.ingest import quality
-    from pipelines.runtime.options import parse_date
+    from pipelines.runtime.dates import parse_date
 
     s = lake_settings(ctx)
     engine = warehouse_of(ctx)

@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterable
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.options.pipeline_options import PipelineOptions
-from sqlalchemy import Engine
 
 from pipelines import lake
 from pipelines.ingest.commit import (
@@ -38,6 +36,7 @@ from pipelines.ingest.commit import (
 from pipelines.ingest.datasets import DATASETS, EVENTS, Dataset
 from pipelines.ingest.dedup import dedup_shard
 from pipelines.ingest.hashing import sub_shard_segments, with_hash
+from pipelines.ingest.options import IngestFlags, IngestOptions
 from pipelines.ingest.outputs import ConcatQuarantine, StageQuarantine, StageStats
 from pipelines.ingest.parquet_files import read_parquet_unit
 from pipelines.ingest.readers import (
@@ -62,35 +61,21 @@ from pipelines.ingest.units import (
 )
 from pipelines.ingest.validate import Rules, validate
 from pipelines.runtime import faults
+from pipelines.runtime.context import RunContext, split_argv
+from pipelines.runtime.dates import dates_of
 from pipelines.runtime.options import (
     CLEAN,
     QUARANTINE,
     STATS,
-    CommonOptions,
-    date_range,
-    pipeline_options,
     run_pipeline,
     split,
 )
 from pipelines.runtime.staging import new_run_id
 from pipelines.warehouse.binding import require_lake
-from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.locks import step_lock
-from schemas.catalog import load_catalog
 from schemas.events import QUARANTINE_SCHEMA, conform
-from schemas.limits import DEFAULT_LATENESS_DAYS, DEFAULT_MAX_TOKENS_PER_EVENT
 
 log = logging.getLogger(__name__)
-
-
-class IngestOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
-    @classmethod
-    def _add_argparse_args(cls, parser) -> None:
-        parser.add_argument("--shards", type=int, default=None, help="dedup shards (fixed at lake creation)")
-        parser.add_argument(
-            "--lateness_days", type=int, default=DEFAULT_LATENESS_DAYS, help="oldest accepted event, in days"
-        )
-        parser.add_argument("--max_tokens_per_event", type=int, default=DEFAULT_MAX_TOKENS_PER_EVENT)
 
 
 # -- stats ---------------------------------------------------------------------------------------
@@ -289,57 +274,62 @@ READ_ATTEMPTS = 3  # a landing file that changes while it is read: the run is re
 Prepare = Callable[[], dict[dt.date, pa.Table]]
 
 
-def run(argv: list[str] | None = None, prepare: Prepare | None = None) -> IngestResult:
-    """One ingest run, under the lake's ingest lock (one ingest per lake at a time: late events of two
-    landing dates can rewrite the same past partition).
+def run(
+    context: RunContext,
+    dates: list[dt.date],
+    options: IngestOptions | None = None,
+    prepare: Prepare | None = None,
+) -> IngestResult:
+    """One ingest run of the landing ``dates``, under the lake's ingest lock (one ingest per lake at a
+    time: late events of two landing dates can rewrite the same past partition).
 
     ``prepare`` (a replay of quarantined rows) runs under the lock before the landing folder is read:
     it writes the files to read and returns, per landing date, the quarantine rows that stay as they
     are; the date's new quarantine is those rows plus the rows that fail again."""
-    options = pipeline_options(argv, threads=True)
-    opts = options.view_as(IngestOptions)
-    dates = date_range(opts)
-    catalog = load_catalog(opts.config)
-    engine = make_engine(opts.database_url)
-    require_schema(engine)
+    options = options or IngestOptions()
+    engine, root = context.engine, context.lake
     if prepare is None:  # a replay writes the files it reads first
-        require_landing(opts.landing, dates)
-    try:
-        with step_lock(engine, lake.ingest_lock(opts.lake)):
-            require_lake(
-                engine, opts.lake, "events ingest", create=lambda: lake.shard_count(opts.lake, opts.shards)
-            )
-            recovered = recover_runs(opts.lake, engine)
-            kept = prepare() if prepare is not None else {}
-            for attempt in range(1, READ_ATTEMPTS + 1):
-                try:
-                    result = _ingest(options, opts, dates, catalog, engine, kept)
-                    break
-                except LandingFileChanged as exc:  # nothing was committed: list and read again
-                    if attempt == READ_ATTEMPTS:
-                        raise LandingFileChanged(
-                            f"{exc} ({READ_ATTEMPTS} attempts); rerun once the producer has finished writing"
-                        ) from None
-                    log.warning("%s; reading the landing folder again", exc)
-    finally:
-        engine.dispose()
+        require_landing(options.landing or context.settings.landing, dates)
+    with step_lock(engine, lake.ingest_lock(root)):
+        require_lake(engine, root, "events ingest", create=lambda: lake.shard_count(root, options.shards))
+        recovered = recover_runs(root, engine)
+        kept = prepare() if prepare is not None else {}
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                result = _ingest(context, options, dates, kept)
+                break
+            except LandingFileChanged as exc:  # nothing was committed: list and read again
+                if attempt == READ_ATTEMPTS:
+                    raise LandingFileChanged(
+                        f"{exc} ({READ_ATTEMPTS} attempts); rerun once the producer has finished writing"
+                    ) from None
+                log.warning("%s; reading the landing folder again", exc)
     result.changed_dates = sorted(set(result.changed_dates) | set(recovered))
     return result
 
 
-def _ingest(
-    options, opts: IngestOptions, dates: list[dt.date], catalog, engine: Engine, kept: dict
-) -> IngestResult:
+def main(argv: list[str] | None = None) -> IngestResult:
+    """``run`` from an argument list (a script, a test): settings, date and ingest flags, Beam's flags."""
+    settings, flags, beam_args = split_argv(argv, IngestFlags)
+    dates = dates_of(flags)
+    options = IngestOptions.from_flags(flags)
+    with RunContext.open(settings, beam_args) as context:
+        return run(context, dates, options)
+
+
+def _ingest(context: RunContext, opts: IngestOptions, dates: list[dt.date], kept: dict) -> IngestResult:
+    catalog, engine, root = context.catalog, context.engine, context.lake
+    landing = opts.landing or context.settings.landing
     run_id = opts.run_id or new_run_id("ingest")
     started = dt.datetime.now(dt.UTC)
-    shards = lake.shard_count(opts.lake, opts.shards)
+    shards = lake.shard_count(root, opts.shards)
     rules = Rules.for_catalog(
         catalog, lateness_days=opts.lateness_days, max_tokens_per_event=opts.max_tokens_per_event
     )
-    units = read_units(opts.landing, dates)
+    units = read_units(landing, dates)
     faults.checkpoint("ingest.listed")
     by_dataset = {d.name: [u for u in units if u.dataset == d.name] for d in DATASETS}
-    stage = lake.open_stage(opts.lake, run_id, STEP)
+    stage = lake.open_stage(root, run_id, STEP)
     try:
         # One pipeline per dataset, one after the other: usage events always (an empty landing folder
         # still counts), task outcomes when there are any. Two IngestEvents in one pipeline lose one's
@@ -349,23 +339,23 @@ def _ingest(
                 continue
             name = ds.label.capitalize()
             subs = sub_shards(by_dataset[ds.name], shards)
-            with run_pipeline(options) as p:
+            with run_pipeline(context.beam_options(threads=True)) as p:
                 ingested = (
                     p
                     | f"Read{name}Units" >> beam.Create(by_dataset[ds.name])
                     | f"Ingest{name}"
-                    >> IngestEvents(rules, shards, opts.lake, stage, dedup_window(dates, rules), subs, ds)
+                    >> IngestEvents(rules, shards, root, stage, dedup_window(dates, rules), subs, ds)
                 )
                 quarantine = ingested["quarantine"]
                 _ = quarantine | f"Stage{name}Quarantine" >> beam.ParDo(StageQuarantine(stage, ds))
                 _ = ingested["stats"] | f"Stage{name}Stats" >> beam.ParDo(StageStats(stage, ds))
         result = collect(run_id, stage, dates)
         check_conservation(result)
-        for landing, entries in not_read(opts.landing, dates).items():
-            result.stats[landing]["not_read"] = entries
+        for landing_date, entries in not_read(landing, dates).items():
+            result.stats[landing_date]["not_read"] = entries
         for day in dates:  # the quarantine of a landing date is replaced whole, even by an empty one
             staged = lake.partition(stage, lake.QUARANTINE, day)
-            carried = kept[day] if day in kept else other_files_quarantine(opts.lake, day, units)
+            carried = kept[day] if day in kept else other_files_quarantine(root, day, units)
             if carried.num_rows:  # rows of files this run did not read (or a replay did not take) stay
                 lake.write_parquet(lake.join(staged, "kept.parquet"), carried)
             if not lake.folder_exists(staged):
@@ -385,7 +375,7 @@ def _ingest(
     except BaseException:
         lake.discard(stage)
         raise
-    finish(opts.lake, engine, stage, journal)
+    finish(root, engine, stage, journal)
     return result
 
 

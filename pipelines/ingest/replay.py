@@ -24,8 +24,9 @@ from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest import events as ingest
 from pipelines.ingest.commit import committed_quarantine
+from pipelines.ingest.options import IngestOptions
+from pipelines.runtime.context import RunContext
 from pipelines.runtime.staging import new_run_id
-from pipelines.settings import Settings
 
 STEP = "events replay"
 
@@ -56,19 +57,19 @@ def _write(path: str, data: bytes) -> None:
         handle.write(data)
 
 
-def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: list[str] | None = None):
+def run(context: RunContext, day: dt.date, reason: str | None = None) -> tuple[ingest.IngestResult, Replay]:
     """Replay the quarantined rows of landing date ``day``; returns (IngestResult, Replay)."""
     if reason is not None and not reason.strip():
         raise UsageBillingError("--reason must name a reason code, e.g. no_price")
     run_id = new_run_id("replay")
     source_run = f"{run_id}-source"  # a staging folder of its own, read as a landing root
-    landing_root = lake.staging(settings.lake, source_run)
+    landing_root = lake.staging(context.lake, source_run)
     summary = Replay()
 
     def prepare() -> dict[dt.date, pa.Table]:  # under the ingest lock
-        for dead in lake.stages_of(settings.lake, STEP):
+        for dead in lake.stages_of(context.lake, STEP):
             lake.discard(dead)
-        rows = committed_quarantine(settings.lake, day)
+        rows = committed_quarantine(context.lake, day)
         if rows.num_rows == 0:
             raise UsageBillingError(f"landing date {day} has no quarantined row to replay")
         matching = pc.fill_null(_matches(rows["reason"], reason), False)
@@ -81,7 +82,7 @@ def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: 
                 f"landing date {day} has no replayable quarantined row{what} "
                 f"({summary.whole_file} stand for whole files: land those files again)"
             )
-        lake.open_stage(settings.lake, source_run, STEP)
+        lake.open_stage(context.lake, source_run, STEP)
         chosen = chosen.sort_by([("source_file", "ascending"), ("row_number", "ascending")])
         for name in pc.unique(chosen["source_file"]).to_pylist():
             lines = chosen.filter(pc.equal(chosen["source_file"], name))["raw"]
@@ -92,12 +93,9 @@ def run(settings: Settings, day: dt.date, reason: str | None = None, beam_args: 
         summary.kept = kept.num_rows
         return {day: kept}
 
-    argv = [
-        "--config", settings.config, "--database_url", settings.database_url, "--lake", settings.lake,
-        "--landing", landing_root, "--date", day.isoformat(), "--run_id", run_id, *(beam_args or []),
-    ]  # fmt: skip
     try:
-        result = ingest.run(argv, prepare=prepare)
+        options = IngestOptions(run_id=run_id, landing=landing_root)
+        result = ingest.run(context, [day], options, prepare=prepare)
     finally:
         lake.discard(landing_root)
     return result, summary

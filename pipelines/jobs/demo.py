@@ -25,11 +25,14 @@ from sqlalchemy import Engine
 from pipelines import lake
 from pipelines.effectiveness.report import EffectivenessReport
 from pipelines.errors import UsageBillingError
+from pipelines.ingest.options import IngestFlags
 from pipelines.invoicing import documents as invoicing
 from pipelines.jobs import demo_summary as summary
+from pipelines.jobs.chain import DAILY, run_chain
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
-from pipelines.jobs.run_day import aggregate_step, effectiveness_step, gate_step, ingest_step, meter_runs
+from pipelines.jobs.steps import DayState
+from pipelines.runtime.context import RunContext, split_argv
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, redact, upgrade
@@ -96,11 +99,7 @@ STEPS = (
     "warehouse schema",
     "generate events",
     "load accounts",
-    "ingest",
-    "data quality",
-    "aggregate usage",
-    "meter quota pools",
-    "effectiveness",
+    *(step.name for step in DAILY),
     "invoices",
     "invoice exports",
     "effectiveness report",
@@ -170,21 +169,15 @@ def run_demo(
         write_landing(gen, cfg, settings.landing)
         step(STEPS[2])
         load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
-        step(f"{STEPS[3]} ({days} landing days, {gen.events.num_rows:,} rows)")
-        shards = [] if any(a.startswith("--shards") for a in beam_args) else ["--shards", str(DEMO_SHARDS)]
-        result, _ = ingest_step(settings, dates, [*beam_args, *shards])
-        step(STEPS[4])
-        reports = gate_step(settings, dates, result.run_id)
-        step(STEPS[5])
-        aggregate_step(settings, dates, beam_args)
-        step(STEPS[6])
-        # One local day on each side, so that events of the UTC range on accounts' local Jan 31 and
-        # Oct 1 are metered too (the reconciliation then accounts for every token).
-        local = [dates[0] - dt.timedelta(days=1), *dates, dates[-1] + dt.timedelta(days=1)]
-        meter_runs(settings, local, beam_args)
-        step(STEPS[7])
-        effectiveness_step(settings, beam_args)
-        step(STEPS[8])
+        # the daily chain on every landing date at once, with a lake of few dedup shards
+        _, flags, beam_args = split_argv(beam_args, IngestFlags)
+        shards = flags.shards or DEMO_SHARDS
+        with RunContext.open(settings, beam_args) as context:
+            day = run_chain(DAILY, context, DayState(landing=tuple(dates), shards=shards), step)
+        result, reports = day.ingested, list(day.reports)
+        if result is None:  # the chain's first step runs the ingest
+            raise UsageBillingError("the demo's daily chain did not ingest")
+        step(STEPS[3 + len(DAILY)])
         months = sorted({d.strftime("%Y-%m") for d in dates})
         open_months: list[str] = []
         for month in months:  # the last month is still open (its grace days have not landed): drafts only

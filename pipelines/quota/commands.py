@@ -15,13 +15,13 @@ from pipelines.runtime.console import (
     DateOpt,
     FromOpt,
     ToOpt,
-    dates_argv,
     lake_settings,
     out,
     settings_of,
     step,
     warehouse_of,
 )
+from pipelines.runtime.context import RunContext, StepOptions, split_argv
 
 quota_app = typer.Typer(no_args_is_help=False, help="Quota pools: metering and balances.")
 
@@ -47,9 +47,10 @@ def quota_meter(
             raise UsageBillingError("give either --stale or dates, not both")
         _meter_stale(s, ctx.args)
         return
-    argv = [*s.argv(), *dates_argv(date, start, end), *(["--month", month] if month else []), *ctx.args]
-    with step("metering quota pools"):
-        result = meter.run(argv)
+    dates = meter.meter_dates(date, start, end, month)
+    _, flags, beam_args = split_argv(ctx.args)
+    with step("metering quota pools"), RunContext.open(s, beam_args) as context:
+        result = meter.run(context, dates, StepOptions(flags.run_id))
     out.print(", ".join(f"{name}: {n:,} rows" for name, n in result.counts.items()))
     for note in result.notes:
         out.print(note)
@@ -58,14 +59,16 @@ def quota_meter(
 
 
 def _meter_stale(s, beam_args: list[str]) -> None:
-    from pipelines.jobs.run_day import meter_runs, out_of_date_days
+    from pipelines.jobs.steps import meter_runs
+    from pipelines.quota.remeter import stale_dates
 
-    days = out_of_date_days(s)
-    if not days:
-        out.print("no metered day is out of date")
-        return
-    with step(f"metering {len(days)} out-of-date day(s) again"):
-        runs = meter_runs(s, days, beam_args)
+    with RunContext.open(s, beam_args) as context:
+        days = stale_dates(context.engine, context.catalog)
+        if not days:
+            out.print("no metered day is out of date")
+            return
+        with step(f"metering {len(days)} out-of-date day(s) again"):
+            runs = meter_runs(context, days)
     out.print(f"metered again: {', '.join(runs)}")
 
 
@@ -97,7 +100,7 @@ def quota_explain(
 ) -> None:
     """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
     from pipelines.quota.explain import as_dict, explain_event, render
-    from pipelines.runtime.options import parse_date
+    from pipelines.runtime.dates import parse_date
 
     s = lake_settings(ctx)
     day = parse_date(date, "--date") if date is not None else None

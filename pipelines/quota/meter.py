@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -62,36 +61,36 @@ from pipelines.quota.store import (
 )
 from pipelines.quota.transforms import MeterQuota, StageShardTable
 from pipelines.runtime import faults
-from pipelines.runtime.options import CommonOptions, date_range, parse_date, pipeline_options, run_pipeline
+from pipelines.runtime.context import RunContext, StepOptions, split_argv
+from pipelines.runtime.dates import date_range, month_dates
+from pipelines.runtime.options import run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
 from pipelines.warehouse.binding import require_lake, require_partitions
-from pipelines.warehouse.engine import make_engine, require_schema
 from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import Fence, database_lock, lock_wait, step_lock
 from pipelines.warehouse.recompute import mark_metered
 from pipelines.warehouse.unknown import unknown_note
-from schemas.catalog import Catalog, load_catalog
+from schemas.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
 
-class MeterOptions(CommonOptions, PipelineOptions):  # a direct subclass too: see CommonOptions
+class MeterFlags(PipelineOptions):
+    """Metering's own flag in an argument list (``main``)."""
+
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
         parser.add_argument("--month", default=None, help="a whole month, YYYY-MM")
 
 
-def meter_dates(opts: MeterOptions) -> list[dt.date]:
-    if opts.month:
-        if opts.date or opts.from_date or opts.to_date:
+def meter_dates(date: str | None, start: str | None, end: str | None, month: str | None) -> list[dt.date]:
+    """The local dates of ``--date``, ``--from``/``--to`` or ``--month``."""
+    if month:
+        if date or start or end:
             raise UsageBillingError("give either --month or dates, not both")
-        if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", opts.month or ""):
-            raise UsageBillingError(f"--month must look like 2026-03, got {opts.month!r}")
-        first = parse_date(f"{opts.month}-01", "--month")
-        last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
-        return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    return date_range(opts)
+        return month_dates(month)
+    return date_range(date, start, end)
 
 
 @dataclass
@@ -101,25 +100,29 @@ class MeterResult:
     seconds: dict[str, float]  # wall time of the Beam pipeline ("pipeline"), the load and commit ("load")
 
 
-def run(argv: list[str] | None = None) -> MeterResult:
-    """Meter the local dates of ``argv`` (``--date``, ``--from``/``--to`` or ``--month``)."""
-    options = pipeline_options(argv, threads=True)
-    opts = options.view_as(MeterOptions)
-    dates = meter_dates(opts)  # a mistake in the dates is told before any database work
-    with database_lock(opts.database_url, "quota meter") as fence:
-        return _run(options, opts, dates, fence)
+def run(context: RunContext, dates: list[dt.date], options: StepOptions | None = None) -> MeterResult:
+    """Meter the local ``dates`` (consecutive days)."""
+    with database_lock(context.settings.database_url, "quota meter") as fence:
+        return _run(context, dates, options or StepOptions(), fence)
 
 
-def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> MeterResult:
-    catalog = load_catalog(opts.config)
-    engine = make_engine(opts.database_url)
-    require_schema(engine)
-    require_lake(engine, opts.lake, "quota meter")
+def main(argv: list[str] | None = None) -> MeterResult:
+    """``run`` from an argument list (a script, a test): settings flags, ``--date``, ``--from``/``--to``
+    or ``--month``, Beam's flags."""
+    settings, flags, beam_args = split_argv(argv, MeterFlags)
+    dates = meter_dates(flags.date, flags.from_date, flags.to_date, flags.month)  # before any database work
+    with RunContext.open(settings, beam_args) as context:
+        return run(context, dates, StepOptions(flags.run_id))
+
+
+def _run(context: RunContext, dates: list[dt.date], options: StepOptions, fence: Fence) -> MeterResult:
+    catalog, engine, root = context.catalog, context.engine, context.lake
+    require_lake(engine, root, "quota meter")
     notes: list[str] = []
     dates = _with_dependent_days(engine, catalog, dates, notes)
-    plan = _read_plan(engine, opts.lake, catalog, dates, notes)
-    run_id = opts.run_id or new_run_id("meter")
-    stage = fresh_stage(opts.lake, run_id, "quota meter")  # a killed run's folder: we hold the step's lock
+    plan = _read_plan(engine, root, catalog, dates, notes)
+    run_id = options.run_id or new_run_id("meter")
+    stage = fresh_stage(root, run_id, "quota meter")  # a killed run's folder: we hold the step's lock
     seconds: dict[str, float] = {}
     first, last = dates[0], dates[-1]
     try:
@@ -128,11 +131,11 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
                 f
                 for d in plan.utc_dates
                 if d not in plan.held
-                for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))
+                for f in lake.list_files(lake.partition(root, lake.EVENTS, d))
             ]
         )
         began = time.perf_counter()
-        with run_pipeline(options) as p:
+        with run_pipeline(context.beam_options(threads=True)) as p:
             metered = (
                 p
                 | "ReadUnits" >> beam.Create(units)
@@ -156,7 +159,7 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
         with engine.begin() as conn:
             mark_metered(conn, first, last, plan.started)
             fence.check(conn)
-        counts["allocations"] = commit_lake(opts.lake, stage, run_id, dates, plan.new_stamps)
+        counts["allocations"] = commit_lake(root, stage, run_id, dates, plan.new_stamps)
         seconds["load"] = time.perf_counter() - began
         unknown = unknown_note(engine, first, last)
         if unknown:
@@ -164,7 +167,6 @@ def _run(options, opts: MeterOptions, dates: list[dt.date], fence: Fence) -> Met
             log.warning("quota meter %s..%s: %s", first, last, unknown)
     finally:
         lake.discard(stage)
-        engine.dispose()
     return MeterResult(counts, notes, seconds)
 
 

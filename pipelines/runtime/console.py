@@ -83,14 +83,6 @@ def warehouse_of(ctx: typer.Context) -> Engine:
     return engine
 
 
-def dates_argv(date: str | None, start: str | None, end: str | None) -> list[str]:
-    argv: list[str] = []
-    for flag, value in (("--date", date), ("--from", start), ("--to", end)):
-        if value is not None:
-            argv += [flag, value]
-    return argv
-
-
 def step(label: str, total: int | None = None):
     """What a long command shows on a terminal while it runs (nothing into a file or a pipe): a
     spinner with ``label``, or with ``total`` steps a bar that each ``update(name)`` advances."""

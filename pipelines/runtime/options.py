@@ -17,7 +17,6 @@ line for the command line.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import sys
 from collections.abc import Iterator
@@ -25,36 +24,27 @@ from collections.abc import Iterator
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
-from pipelines.lake.paths import check_reachable, set_filesystem_options
+from pipelines.lake.paths import set_filesystem_options
+from pipelines.runtime.context import add_common_flags
 from pipelines.runtime.startup import collect_from_here
-from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING
-from schemas.limits import RUN_ID, date_problem
 
 DEFAULT_RUNNER = "FnApiRunner"
 DEFAULT_THREADS = 4
-MAX_RANGE_DAYS = 800
 
 
 class CommonOptions(PipelineOptions):
-    """Options of every step. A step's own options class lists PipelineOptions as a base too: Beam
-    collects the options it knows from PipelineOptions' direct subclasses only, and warns that it
-    discards any other flag (``--shards``, ``--month``) even though the step reads it."""
+    """The flags of every step run from an argument list (``runtime.context.split_argv``), known to Beam
+    so that it does not warn that it discards them. A step's own flags class lists PipelineOptions as
+    a direct base too: Beam collects the options it knows from PipelineOptions' direct subclasses only."""
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
-        parser.add_argument("--config", default=DEFAULT_CONFIG, help="catalog TOML")
-        parser.add_argument("--database_url", default=DEFAULT_DATABASE_URL)
-        parser.add_argument("--lake", default=DEFAULT_LAKE)
-        parser.add_argument("--landing", default=DEFAULT_LANDING)
-        parser.add_argument("--date", default=None, help="one date, YYYY-MM-DD")
-        parser.add_argument("--from", dest="from_date", default=None, help="first date of a range")
-        parser.add_argument("--to", dest="to_date", default=None, help="last date of a range")
-        parser.add_argument("--run_id", default=None, help="id of this run (default: generated)")
+        add_common_flags(parser)
 
 
-def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineOptions:
-    """Beam options from ``argv``; ``threads``: a step whose default is a thread per core."""
-    flags = list(argv or [])
+def pipeline_options(beam_args: list[str] | None, threads: bool = False) -> PipelineOptions:
+    """Beam options from Beam's own flags; ``threads``: a step whose default is a thread per core."""
+    flags = list(beam_args or [])
     if not any(f == "--runner" or f.startswith("--runner=") for f in flags):
         flags.append(f"--runner={DEFAULT_RUNNER}")
         if threads and not any(f.startswith("--direct_") for f in flags):
@@ -64,15 +54,7 @@ def pipeline_options(argv: list[str] | None, threads: bool = False) -> PipelineO
     if dask:  # its options (--dask_client_address, ...) are known to Beam once its module is imported
         import apache_beam.runners.dask.dask_runner  # noqa: F401
     options = PipelineOptions(flags)
-    run_id = options.view_as(CommonOptions).run_id
-    if run_id is not None and not RUN_ID.fullmatch(run_id):
-        raise UsageBillingError(
-            f"--run_id {run_id[:80]!r} is not a run id: letters, digits, '.', '_' and '-', at most 64"
-        )
     set_filesystem_options(options)  # the driver's own lake access (listing, commits) uses them too
-    common = options.view_as(CommonOptions)
-    for root in (common.lake, common.landing):
-        check_reachable(root)
     if dask:
         from pipelines.runtime.dask import prepare_workers
 
@@ -86,66 +68,6 @@ def _on_dask(flags: list[str]) -> bool:
         at = flags.index("--runner")
         runner.append(flags[at + 1] if at + 1 < len(flags) else None)
     return any(r is not None and r.rsplit(".", 1)[-1] == "DaskRunner" for r in runner)
-
-
-def parse_date(value: str, what: str = "date") -> dt.date:
-    try:
-        day = dt.date.fromisoformat(value)
-    except (TypeError, ValueError):
-        raise UsageBillingError(f"invalid {what} {value!r}: {_why_not_a_date(value)}") from None
-    problem = date_problem(day)
-    if problem:
-        raise UsageBillingError(f"{what} {day} {problem}")
-    return day
-
-
-def _why_not_a_date(value: object) -> str:
-    """Why ``value`` is not a date: the wrong shape, or a day the calendar does not have."""
-    import re
-
-    shape = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", value) if isinstance(value, str) else None
-    if shape is None:
-        return "expected YYYY-MM-DD"
-    year, month, day = (int(g) for g in shape.groups())
-    if not 1 <= month <= 12:
-        return f"no such date: there is no month {month:02d}"
-    import calendar
-
-    days = calendar.monthrange(year, month)[1]
-    return f"no such date: {calendar.month_name[month]} {year} has days 01 to {days}, not {day:02d}"
-
-
-def contiguous(dates: list[dt.date]) -> list[list[dt.date]]:
-    """Split dates into sorted runs of consecutive days (one pipeline run per run of days)."""
-    runs: list[list[dt.date]] = []
-    for d in sorted(set(dates)):
-        if runs and (d - runs[-1][-1]).days == 1:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    return runs
-
-
-def date_ranges(dates: list[dt.date]) -> str:
-    """Sorted dates as consecutive ranges: ``2026-02-01..2026-04-03, 2026-05-07``."""
-    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}..{r[-1]}" for r in contiguous(dates))
-
-
-def date_range(opts: CommonOptions) -> list[dt.date]:
-    """The dates of ``--date D`` or ``--from D1 --to D2`` (inclusive)."""
-    if opts.date and (opts.from_date or opts.to_date):
-        raise UsageBillingError("give either --date or --from/--to, not both")
-    if opts.date:
-        return [parse_date(opts.date)]
-    if not (opts.from_date and opts.to_date):
-        raise UsageBillingError("a date is required: --date YYYY-MM-DD or --from YYYY-MM-DD --to YYYY-MM-DD")
-    start, end = parse_date(opts.from_date, "--from date"), parse_date(opts.to_date, "--to date")
-    if end < start:
-        raise UsageBillingError(f"--to {end} is before --from {start}")
-    days = (end - start).days + 1
-    if days > MAX_RANGE_DAYS:
-        raise UsageBillingError(f"a range of {days} days is more than {MAX_RANGE_DAYS}")
-    return [start + dt.timedelta(days=i) for i in range(days)]
 
 
 def make_pipeline(options: PipelineOptions):

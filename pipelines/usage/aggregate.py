@@ -18,7 +18,9 @@ import apache_beam as beam
 import pyarrow as pa
 
 from pipelines import lake
-from pipelines.runtime.options import CommonOptions, date_range, pipeline_options, run_pipeline
+from pipelines.runtime.context import RunContext, StepOptions, split_argv
+from pipelines.runtime.dates import dates_of
+from pipelines.runtime.options import run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.usage.partials import (
     ERROR_SCHEMA,
@@ -30,16 +32,13 @@ from pipelines.usage.partials import (
     partial_usage,
 )
 from pipelines.warehouse.binding import require_lake, require_partitions
-from pipelines.warehouse.engine import make_engine, replace_rows, require_schema
+from pipelines.warehouse.engine import replace_rows
 from pipelines.warehouse.gate import without_held
 from pipelines.warehouse.locks import Fence, database_lock, step_lock
 from pipelines.warehouse.recompute import mark_aggregated
 from schemas.warehouse import ModelDaily, UsageDaily, UsageDailyError
 
 COMPACT_EVERY = 4  # partials a day's accumulator holds before re-summing (bounds memory)
-
-
-AggregateOptions = CommonOptions
 
 
 class PartialUsageByDay(beam.DoFn):
@@ -121,31 +120,35 @@ def _read_staged(stage: str, name: str, dates: list[dt.date], schema: pa.Schema)
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def run(argv: list[str] | None = None) -> dict[dt.date, int]:
+def run(context: RunContext, dates: list[dt.date], options: StepOptions | None = None) -> dict[dt.date, int]:
     """Aggregate the dates; returns rows loaded per day."""
-    options = pipeline_options(argv)
-    opts = options.view_as(AggregateOptions)
-    dates = date_range(opts)  # a mistake in the dates is told before any database work
-    with database_lock(opts.database_url, "usage aggregate") as fence:
-        return _run(options, opts, dates, fence)
+    with database_lock(context.settings.database_url, "usage aggregate") as fence:
+        return _run(context, dates, options or StepOptions(), fence)
 
 
-def _run(options, opts: AggregateOptions, dates: list[dt.date], fence: Fence) -> dict[dt.date, int]:
-    engine = make_engine(opts.database_url)
-    require_schema(engine)
-    require_lake(engine, opts.lake, "usage aggregate")
-    with step_lock(engine, lake.ingest_lock(opts.lake)):  # not while an ingest swaps partitions
-        lake.recover(opts.lake, lake.EVENTS)
-    require_partitions(engine, opts.lake, dates, "usage aggregate")
+def main(argv: list[str] | None = None) -> dict[dt.date, int]:
+    """``run`` from an argument list (a script, a test): settings and date flags, Beam's flags."""
+    settings, flags, beam_args = split_argv(argv)
+    dates = dates_of(flags)  # a mistake in the dates is told before any database work
+    with RunContext.open(settings, beam_args) as context:
+        return run(context, dates, StepOptions(flags.run_id))
+
+
+def _run(context: RunContext, dates: list[dt.date], options: StepOptions, fence: Fence) -> dict[dt.date, int]:
+    engine, root = context.engine, context.lake
+    require_lake(engine, root, "usage aggregate")
+    with step_lock(engine, lake.ingest_lock(root)):  # not while an ingest swaps partitions
+        lake.recover(root, lake.EVENTS)
+    require_partitions(engine, root, dates, "usage aggregate")
     dates = without_held(engine, dates, "usage aggregate")
-    run_id = opts.run_id or new_run_id("aggregate")
-    stage = fresh_stage(opts.lake, run_id, "usage aggregate")
+    run_id = options.run_id or new_run_id("aggregate")
+    stage = fresh_stage(root, run_id, "usage aggregate")
     started = dt.datetime.now(dt.UTC)  # before the lake is read: what the queue rows it takes reflect
     try:
         units = lake.row_group_units(
-            [f for d in dates for f in lake.list_files(lake.partition(opts.lake, lake.EVENTS, d))]
+            [f for d in dates for f in lake.list_files(lake.partition(root, lake.EVENTS, d))]
         )
-        with run_pipeline(options) as p:
+        with run_pipeline(context.beam_options()) as p:
             _ = (
                 p
                 | "ReadUnits" >> beam.Create(units)
@@ -166,7 +169,6 @@ def _run(options, opts: AggregateOptions, dates: list[dt.date], fence: Fence) ->
             fence.check(conn)  # the last statement: a run that lost its lock commits nothing
     finally:
         lake.discard(stage)
-        engine.dispose()
     counts = usage.group_by("day").aggregate([([], "count_all")]).to_pylist() if usage.num_rows else []
     loaded = {d: 0 for d in dates}
     loaded.update({r["day"]: r["count_all"] for r in counts})

@@ -26,14 +26,13 @@ from pipelines.adoption.preview import preview
 from pipelines.adoption.preview_files import CSV_COLUMNS
 from pipelines.cli import app
 from pipelines.invoicing import documents as invoicing
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.quota import meter
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.binding import rebind
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Invoice
-from tests.conftest import cli_args, close_month, small_dates, sqlite_at
+from tests.conftest import cli_args, close_month, run_day, small_dates, sqlite_at
 
 pytestmark = pytest.mark.slow
 MONTH = "2026-03"
@@ -48,7 +47,7 @@ def metered(tmp_path_factory, small_landing, catalog) -> Settings:  # type: igno
     upgrade(engine)
     load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
     engine.dispose()
-    ingest_and_aggregate(settings, small_dates())
+    run_day(settings, small_dates())
     close_month(settings, MONTH, root)
     return settings
 
@@ -157,7 +156,7 @@ def test_projected_totals_are_the_drafts_of_a_rewritten_copy(metered, catalog, t
         "--lake",
         copy.lake,
     ]
-    meter.run(args)
+    meter.main(args)
     drafts = _draft_totals(copy, catalog)
     for account, row in projected.items():
         assert drafts[account] == row["projected_total"], account

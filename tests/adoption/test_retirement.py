@@ -26,13 +26,12 @@ from pipelines.adoption.detect import rule_text
 from pipelines.adoption.retirement import run as report
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import ModelMigration, ModelWeekly, RetirementCandidate
 from tests.adoption.test_report_pages import _rendered_boxes, assert_no_text_overlaps
-from tests.conftest import CATALOG_PATH
+from tests.conftest import CATALOG_PATH, run_day
 
 pytestmark = pytest.mark.slow
 START = dt.date(2026, 5, 25)  # a Monday
@@ -55,7 +54,7 @@ def adoption_db(tmp_path_factory, catalog) -> Settings:  # type: ignore[no-untyp
     engine = make_engine(settings.database_url)
     upgrade(engine)
     load_accounts(engine, root / "landing" / "accounts.csv", catalog)
-    ingest_and_aggregate(settings, [START + dt.timedelta(days=i) for i in range(days)])
+    run_day(settings, [START + dt.timedelta(days=i) for i in range(days)])
     return settings
 
 

@@ -13,11 +13,10 @@ import pytest
 
 from pipelines.errors import DataQualityError
 from pipelines.ingest import quality
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
-from tests.conftest import CATALOG_PATH
+from tests.conftest import CATALOG_PATH, run_day
 
 DAY = dt.date(2026, 8, 12)
 
@@ -54,8 +53,8 @@ def _settings(tmp_path: Path, catalog) -> Settings:  # type: ignore[no-untyped-d
 
 def test_a_clean_outcome_partition_passes_the_outcome_suite(tmp_path, catalog):
     settings = _settings(tmp_path, catalog)
-    done = ingest_and_aggregate(settings, [DAY])
-    assert done.effectiveness == [dt.date(2026, 8, 10)] and done.blocked == []
+    done = run_day(settings, [DAY])
+    assert list(done.weeks) == [dt.date(2026, 8, 10)] and list(done.blocked) == []
     engine = make_engine(settings.database_url)
     report = quality.check_partitions(engine, settings.lake, catalog, [DAY], "test")[0]
     names = [o.check.name for o in report.outcomes]
@@ -66,7 +65,7 @@ def test_a_clean_outcome_partition_passes_the_outcome_suite(tmp_path, catalog):
 @pytest.mark.slow
 def test_a_broken_outcome_partition_stops_effectiveness_not_billing(tmp_path, catalog):
     settings = _settings(tmp_path, catalog)
-    ingest_and_aggregate(settings, [DAY])
+    run_day(settings, [DAY])
     # Someone copies rows into the committed partition: a task twice, and one completed before it started.
     part = Path(settings.lake) / "outcomes" / f"date={DAY}"
     table = pq.read_table(next(part.glob("*.parquet")))
@@ -81,15 +80,15 @@ def test_a_broken_outcome_partition_stops_effectiveness_not_billing(tmp_path, ca
             "output_tokens": 1, "duration_ms": 10, "status": "ok", "task_id": "t0"}  # fmt: skip
     (Path(settings.landing) / DAY.isoformat() / "more.jsonl").write_text(json.dumps(more) + "\n")
     with pytest.raises(DataQualityError, match="outcome_task_unique") as raised:
-        ingest_and_aggregate(settings, [DAY])
+        run_day(settings, [DAY])
     done = raised.value.done  # type: ignore[attr-defined]
-    assert done.aggregated == [DAY] and done.metered  # billing went on
-    assert done.effectiveness == [] and done.blocked == [DAY]  # the week's effectiveness waits
+    assert list(done.aggregated) == [DAY] and done.metered  # billing went on
+    assert list(done.weeks) == [] and list(done.blocked) == [DAY]  # the week's effectiveness waits
     failed = set(str(raised.value).split("(")[1].split(")")[0].split(", "))
     assert failed == {"outcome_task_unique", "outcome_completed_after_start"}
     page = (Path(settings.lake) / "dq" / f"date={DAY}" / "index.html").read_text()
     assert "completed_at is at or after started_at" in page
     engine = make_engine(settings.database_url)
     quality.accept_and_render(engine, settings.lake, DAY, "copied by hand, removed next run", "oncall")
-    again = ingest_and_aggregate(settings, [DAY])
-    assert again.effectiveness == [dt.date(2026, 8, 10)] and again.blocked == []
+    again = run_day(settings, [DAY])
+    assert list(again.weeks) == [dt.date(2026, 8, 10)] and list(again.blocked) == []

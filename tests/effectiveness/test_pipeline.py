@@ -17,13 +17,12 @@ import pytest
 from pipelines.effectiveness import pipeline, report
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import EffectivenessWeek, TaskEffectiveness
 from tests import reference_effectiveness as ref
-from tests.conftest import CATALOG_PATH, table_rows
+from tests.conftest import CATALOG_PATH, run_day, table_rows
 
 CFG = GeneratorConfig(
     start=dt.date(2026, 8, 10), days=14, accounts=120, events_per_day=900, seed=5, late_rate=0.01
@@ -55,7 +54,7 @@ def _settings(root: Path, landing: Path, url: str | None = None) -> Settings:
 @pytest.fixture(scope="module")
 def computed(tmp_path_factory, landing, catalog):  # type: ignore[no-untyped-def]
     settings = _settings(tmp_path_factory.mktemp("eff"), landing)
-    result = ingest_and_aggregate(settings, DATES)
+    result = run_day(settings, DATES)
     return settings, result
 
 
@@ -90,7 +89,7 @@ def _assert_matches(stored: dict[tuple, dict], expected: dict[tuple, dict]) -> N
 
 def test_run_day_computes_every_week_as_the_reference_does(computed, catalog):
     settings, result = computed
-    assert result.effectiveness == WEEKS
+    assert list(result.weeks) == WEEKS
     expected, orphans = _expected(settings, catalog)
     _assert_matches(_stored(settings.database_url), expected)
     weeks = {r[0]: r for r in table_rows(settings.database_url, EffectivenessWeek)}
@@ -128,9 +127,9 @@ def test_the_story_the_generator_tells(computed):
 def test_rerunning_changes_no_row(computed):
     settings, _ = computed
     before = [r[:-1] for r in table_rows(settings.database_url, TaskEffectiveness)]  # all but computed_at
-    assert pipeline.run([*settings.argv(), "--from", str(WEEKS[0]), "--to", str(DATES[-1])]) == WEEKS
+    assert pipeline.main([*settings.argv(), "--from", str(WEEKS[0]), "--to", str(DATES[-1])]) == WEEKS
     assert [r[:-1] for r in table_rows(settings.database_url, TaskEffectiveness)] == before
-    assert pipeline.run(settings.argv()) == []  # nothing queued: nothing to do
+    assert pipeline.main(settings.argv()) == []  # nothing queued: nothing to do
 
 
 def test_the_report_files_orphans_and_open_tasks(computed, catalog, tmp_path):
@@ -211,7 +210,7 @@ def test_a_late_outcome_and_a_late_request_recompute_their_week(tmp_path, catalo
         config=str(CATALOG_PATH), database_url=url, lake=str(tmp_path / "lake"), landing=str(landing)
     )
     week = dt.date(2026, 8, 10)
-    assert ingest_and_aggregate(settings, [dt.date(2026, 8, 12)]).effectiveness == [week]
+    assert list(run_day(settings, [dt.date(2026, 8, 12)]).weeks) == [week]
     weeks = {r[0]: r for r in table_rows(url, EffectivenessWeek)}
     assert weeks[week][1:4] == (2, 1, 1)  # outcomes, tasks, orphans
     late = landing / "2026-08-18"
@@ -220,8 +219,8 @@ def test_a_late_outcome_and_a_late_request_recompute_their_week(tmp_path, catalo
     (late / "outcomes-late.jsonl").write_text(
         _outcome("B", "2026-08-12T11:00:00+00:00", "2026-08-12T11:30:00+00:00", "abandoned")
     )
-    result = ingest_and_aggregate(settings, [dt.date(2026, 8, 18)])
-    assert result.effectiveness == [week]  # the late date's own week has nothing: only 08-10's changed
+    result = run_day(settings, [dt.date(2026, 8, 18)])
+    assert list(result.weeks) == [week]  # the late date's own week has nothing: only 08-10's changed
     weeks = {r[0]: r for r in table_rows(url, EffectivenessWeek)}
     assert weeks[week][1:4] == (3, 3, 0)
     stored = _stored(url)
@@ -240,7 +239,7 @@ def test_postgres_gives_the_same_rows(postgres_url, tmp_path, landing, computed)
         conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
     engine.dispose()
     settings = _settings(tmp_path, landing, postgres_url)
-    ingest_and_aggregate(settings, DATES)
+    run_day(settings, DATES)
     local, _ = computed
     assert [r[:-1] for r in table_rows(settings.database_url, TaskEffectiveness)] == [
         r[:-1] for r in table_rows(local.database_url, TaskEffectiveness)

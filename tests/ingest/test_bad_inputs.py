@@ -28,7 +28,7 @@ def outcome(tmp_path_factory):  # type: ignore[no-untyped-def]
     settings = Settings(
         config=str(CATALOG_PATH), database_url=url, lake=str(root / "lake"), landing=str(root / "landing")
     )
-    result = ingest.run([*settings.argv(), "--date", corpus.DAY])
+    result = ingest.main([*settings.argv(), "--date", corpus.DAY])
     quarantine = ds.dataset(str(root / "lake" / "quarantine"), format="parquet").to_table()
     lake = ds.dataset(str(root / "lake" / "events"), format="parquet").to_table()
     return cases, result, quarantine, lake, settings
@@ -98,7 +98,7 @@ def test_hostile_strings_are_stored_verbatim(outcome):
 
 def test_replaying_the_corpus_changes_nothing(outcome):
     _, first, quarantine, lake, settings = outcome
-    again = ingest.run([*settings.argv(), "--date", corpus.DAY])
+    again = ingest.main([*settings.argv(), "--date", corpus.DAY])
     stats = again.stats[corpus.DAY]
     assert again.changed_dates == [] and stats["clean"] == 0
     assert stats["rows_read"] == first.stats[corpus.DAY]["rows_read"]
@@ -115,7 +115,7 @@ def test_a_resend_in_a_later_landing_date_is_a_duplicate(outcome):
     resent = corpus.line(corpus.event("malformed_json-good"))
     changed = corpus.line(corpus.event("tokens_as_text-good", input_tokens=5, cached_input_tokens=0))
     (folder / "late.jsonl").write_bytes(resent + b"\n" + changed + b"\n")
-    stats = ingest.run([*replace(settings).argv(), "--date", later.isoformat()]).stats[later.isoformat()]
+    stats = ingest.main([*replace(settings).argv(), "--date", later.isoformat()]).stats[later.isoformat()]
     assert (
         stats["duplicates"] == 1
         and stats["quarantined"] == {"conflicting_duplicate": 1}

@@ -27,7 +27,7 @@ def ingested(tmp_path_factory):  # type: ignore[no-untyped-def]
     settings = Settings(
         config=str(CATALOG_PATH), database_url=url, lake=str(root / "lake"), landing=str(root / "landing")
     )
-    result = ingest.run([*settings.argv(), "--date", DAY])
+    result = ingest.main([*settings.argv(), "--date", DAY])
     quarantine = ds.dataset(str(root / "lake" / "quarantine"), format="parquet").to_table()
     lake = ds.dataset(str(root / "lake" / "outcomes"), format="parquet").to_table()
     return cases, result, quarantine, lake, settings
@@ -96,7 +96,7 @@ def test_quarantine_rows_name_the_task_and_keep_the_raw_text(ingested):
 
 def test_replaying_the_outcomes_changes_nothing(ingested):
     _, first, quarantine, lake, settings = ingested
-    again = ingest.run([*settings.argv(), "--date", DAY])
+    again = ingest.main([*settings.argv(), "--date", DAY])
     stats = again.outcome_stats[DAY]
     assert again.outcome_changed_dates == [] and stats["clean"] == 0
     assert stats["rows_read"] == first.outcome_stats[DAY]["rows_read"]

@@ -59,7 +59,7 @@ def test_sdk_structured_lines_and_batch_are_ingested(tmp_path):
         lake=str(tmp_path / "lake"),
         landing=str(tmp_path / "landing"),
     )
-    stats = ingest.run([*settings.argv(), "--date", DAY.isoformat()]).stats[DAY.isoformat()]
+    stats = ingest.main([*settings.argv(), "--date", DAY.isoformat()]).stats[DAY.isoformat()]
     assert stats == {**stats, "rows_read": 51, "clean": 50, "duplicates": 1, "quarantined": {}}
 
     lake = ds.dataset(str(tmp_path / "lake" / "events"), format="parquet").to_table()

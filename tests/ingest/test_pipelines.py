@@ -18,13 +18,12 @@ from sqlalchemy import func, select
 
 from pipelines.ingest import events as ingest
 from pipelines.ingest import units
-from pipelines.jobs.run_day import date_args, ingest_and_aggregate
 from pipelines.lake import ParquetAppender, write_parquet
 from pipelines.usage import aggregate
 from pipelines.warehouse.engine import make_engine
 from schemas.events import INGEST_SCHEMA, LAKE_SCHEMA
 from schemas.warehouse import IngestRun, UsageDaily
-from tests.conftest import SMALL, small_dates, table_rows
+from tests.conftest import SMALL, date_args, run_day, small_dates, table_rows
 
 
 def _lake_digest(lake: str) -> dict[str, str]:
@@ -46,7 +45,7 @@ def _lake_tokens(lake: str) -> int:
 
 
 def _ingest_all(settings) -> ingest.IngestResult:  # type: ignore[no-untyped-def]
-    return ingest.run([*settings.argv(), *date_args(small_dates())])
+    return ingest.main([*settings.argv(), *date_args(small_dates())])
 
 
 def test_conservation_and_every_generated_event_exactly_once(sqlite_settings, catalog):
@@ -80,22 +79,22 @@ def test_conservation_and_every_generated_event_exactly_once(sqlite_settings, ca
 
 @pytest.mark.slow
 def test_rerunning_dates_changes_no_partition_and_no_row(sqlite_settings):
-    ingest_and_aggregate(sqlite_settings, small_dates())
+    run_day(sqlite_settings, small_dates())
     digest, rows = _lake_digest(sqlite_settings.lake), _usage_rows(sqlite_settings.database_url)
-    again = ingest_and_aggregate(sqlite_settings, small_dates())
-    assert again.ingest.changed_dates == []
-    assert again.ingest.total("clean") == 0
-    assert again.ingest.total("duplicates") == again.ingest.total("rows_read")
+    again = run_day(sqlite_settings, small_dates())
+    assert again.ingested.changed_dates == []
+    assert again.ingested.total("clean") == 0
+    assert again.ingested.total("duplicates") == again.ingested.total("rows_read")
     assert _lake_digest(sqlite_settings.lake) == digest
     assert _usage_rows(sqlite_settings.database_url) == rows
     # Re-aggregating only one date replaces exactly that date's rows.
-    aggregate.run([*sqlite_settings.argv(), "--date", small_dates()[1].isoformat()])
+    aggregate.main([*sqlite_settings.argv(), "--date", small_dates()[1].isoformat()])
     assert _usage_rows(sqlite_settings.database_url) == rows
 
 
 @pytest.mark.slow
 def test_day_by_day_equals_one_range_run(sqlite_settings, tmp_path):
-    ranged = ingest_and_aggregate(sqlite_settings, small_dates())
+    ranged = run_day(sqlite_settings, small_dates())
     ranged_rows = _usage_rows(sqlite_settings.database_url)
     from dataclasses import replace
 
@@ -107,28 +106,28 @@ def test_day_by_day_equals_one_range_run(sqlite_settings, tmp_path):
     upgrade(make_engine(daily.database_url))
     changed = set()
     for day in small_dates():
-        changed |= set(ingest_and_aggregate(daily, [day]).ingest.changed_dates)
+        changed |= set(run_day(daily, [day]).ingested.changed_dates)
     assert _usage_rows(daily.database_url) == ranged_rows
-    assert sorted(changed) == sorted(ranged.ingest.changed_dates)
+    assert sorted(changed) == sorted(ranged.ingested.changed_dates)
 
 
 def test_late_events_rewrite_their_past_partition_and_run_day_reaggregates_it(sqlite_settings):
     first, last = small_dates()[0], small_dates()[-1]
-    ingest_and_aggregate(sqlite_settings, small_dates()[:-1])
-    result = ingest_and_aggregate(sqlite_settings, [last])
-    late_dates = [d for d in result.ingest.changed_dates if d < last]
+    run_day(sqlite_settings, small_dates()[:-1])
+    result = run_day(sqlite_settings, [last])
+    late_dates = [d for d in result.ingested.changed_dates if d < last]
     assert late_dates, "the generator sends late events to the last landing date"
     assert set(result.aggregated) == {last, *late_dates}
-    assert result.ingest.stats[last.isoformat()]["late"]
+    assert result.ingested.stats[last.isoformat()]["late"]
     assert first <= min(late_dates)
     # usage_daily equals a fresh aggregation of the whole lake.
     rows = _usage_rows(sqlite_settings.database_url)
-    aggregate.run([*sqlite_settings.argv(), *date_args(small_dates())])
+    aggregate.main([*sqlite_settings.argv(), *date_args(small_dates())])
     assert _usage_rows(sqlite_settings.database_url) == rows
 
 
 def test_tokens_in_the_lake_equal_tokens_in_usage_daily(sqlite_settings):
-    ingest_and_aggregate(sqlite_settings, small_dates())
+    run_day(sqlite_settings, small_dates())
     engine = make_engine(sqlite_settings.database_url)
     t = UsageDaily.__table__
     with engine.connect() as conn:
@@ -167,7 +166,7 @@ def test_bad_rows_and_bad_files_are_quarantined_and_good_rows_still_arrive(sqlit
     from dataclasses import replace
 
     settings = replace(sqlite_settings, landing=str(landing))
-    result = ingest.run([*settings.argv(), "--date", day.isoformat()])
+    result = ingest.main([*settings.argv(), "--date", day.isoformat()])
     s = result.stats[day.isoformat()]
     assert s["quarantined"] == {
         "malformed_json": 1,
@@ -193,14 +192,14 @@ def test_bad_rows_and_bad_files_are_quarantined_and_good_rows_still_arrive(sqlit
 def test_postgres_warehouse_gets_the_same_rows_as_sqlite(sqlite_settings, postgres_settings):
     from schemas.warehouse import ModelDaily, UsageDailyError
 
-    ingest_and_aggregate(sqlite_settings, small_dates())
-    ingest_and_aggregate(postgres_settings, small_dates())
+    run_day(sqlite_settings, small_dates())
+    run_day(postgres_settings, small_dates())
     for model in (UsageDaily, UsageDailyError, ModelDaily):
         assert table_rows(postgres_settings.database_url, model) == table_rows(
             sqlite_settings.database_url, model
         )
-    again = ingest_and_aggregate(postgres_settings, small_dates())
-    assert again.ingest.total("clean") == 0
+    again = run_day(postgres_settings, small_dates())
+    assert again.ingested.total("clean") == 0
     assert len(_usage_rows(postgres_settings.database_url)) == len(_usage_rows(sqlite_settings.database_url))
 
 
@@ -230,7 +229,7 @@ def test_a_missing_landing_folder_is_a_clear_error(sqlite_settings):
     from pipelines.errors import UsageBillingError
 
     with pytest.raises(UsageBillingError, match="no landing folder for 2030-01-01"):
-        ingest.run([*sqlite_settings.argv(), "--date", "2030-01-01"])
+        ingest.main([*sqlite_settings.argv(), "--date", "2030-01-01"])
 
 
 def test_broken_conservation_fails_loudly_and_commits_nothing(sqlite_settings, monkeypatch):
@@ -248,7 +247,7 @@ def test_broken_conservation_fails_loudly_and_commits_nothing(sqlite_settings, m
     with pytest.raises(
         DataQualityError, match=f"conservation broken for landing {day}: read .* nothing was committed"
     ):
-        ingest.run([*sqlite_settings.argv(), "--date", day.isoformat()])
+        ingest.main([*sqlite_settings.argv(), "--date", day.isoformat()])
     assert not (Path(sqlite_settings.lake) / "events").exists()
     assert not list((Path(sqlite_settings.lake) / "_staging").glob("*"))
     engine = make_engine(sqlite_settings.database_url)
@@ -299,8 +298,8 @@ def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
                     "sub_shards",
                     lambda units, shards: _seen(seen_subs, original(units, shards), units),
                 )
-            a = ingest.run([*settings.argv(), "--date", day.isoformat()])
-            b = ingest.run([*settings.argv(), "--date", day.isoformat()])  # a replay: all duplicates
+            a = ingest.main([*settings.argv(), "--date", day.isoformat()])
+            b = ingest.main([*settings.argv(), "--date", day.isoformat()])  # a replay: all duplicates
             assert b.total("clean") == 0 and b.total("duplicates") == a.total("rows_read") - a.total(
                 "quarantined"
             )

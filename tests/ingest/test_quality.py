@@ -15,10 +15,9 @@ from pipelines.errors import DataQualityError
 from pipelines.ingest import quality, quality_gx, quality_pages
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import to_json_lines
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import DqAcceptance, DqResult, UsageDaily
-from tests.conftest import cli_args
+from tests.conftest import cli_args, run_day
 
 DAY = dt.date(2026, 3, 23)  # a Monday; history on the three Mondays before
 
@@ -52,7 +51,7 @@ def volume_drop(tmp_path, catalog, sqlite_settings):  # type: ignore[no-untyped-
     counts[DAY] = 120  # a drop far below a third of the same-weekday median
     settings = replace(sqlite_settings, landing=str(_landing(tmp_path, catalog, counts)))
     for day in sorted(counts)[:-1]:
-        ingest_and_aggregate(settings, [day])
+        run_day(settings, [day])
     return settings
 
 
@@ -72,7 +71,7 @@ def test_clean_partitions_pass_and_results_are_stored_and_rendered(volume_drop):
 
 def test_a_volume_drop_blocks_downstream_until_accepted(volume_drop):
     with pytest.raises(DataQualityError) as info:
-        ingest_and_aggregate(volume_drop, [DAY])
+        run_day(volume_drop, [DAY])
     message = str(info.value)
     assert "data-quality gate failed for 2026-03-23 (volume_vs_same_weekday)" in message
     assert "usage-billing dq accept --date 2026-03-23" in message and "\n" not in message
@@ -89,7 +88,7 @@ def test_a_volume_drop_blocks_downstream_until_accepted(volume_drop):
     assert quality.accept(engine, DAY, "marketing paused traffic that day", who="oncall") == [
         "volume_vs_same_weekday"
     ]
-    result = ingest_and_aggregate(volume_drop, [DAY])
+    result = run_day(volume_drop, [DAY])
     assert DAY in result.aggregated
     with Session(engine) as session:
         acceptance = session.scalars(select(DqAcceptance)).one()
@@ -100,7 +99,7 @@ def test_a_volume_drop_blocks_downstream_until_accepted(volume_drop):
 
 
 def test_run_day_flag_accepts_and_records(volume_drop):
-    result = ingest_and_aggregate(volume_drop, [DAY], accept_reason="known partial day")
+    result = run_day(volume_drop, [DAY], accept_reason="known partial day")
     assert DAY in result.aggregated
     engine = make_engine(volume_drop.database_url)
     with engine.connect() as conn:
@@ -248,7 +247,7 @@ def test_the_pages_show_expected_values_the_acceptance_and_every_date(volume_dro
     from PIL import Image
 
     with pytest.raises(DataQualityError):
-        ingest_and_aggregate(volume_drop, [DAY])
+        run_day(volume_drop, [DAY])
     engine = make_engine(volume_drop.database_url)
     quality.accept_and_render(engine, volume_drop.lake, DAY, "marketing paused traffic that day", "oncall")
 

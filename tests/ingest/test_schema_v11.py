@@ -42,7 +42,7 @@ def _write(settings: Settings, name: str, rows: list[dict], day: str = DAY) -> N
 def test_v1_files_and_v1_lake_partitions_still_work(tmp_path):
     settings = _settings(tmp_path)
     _write(settings, "v1.jsonl", [_event("a"), _event("b")])  # schema v1: no task_id
-    first = ingest.run([*settings.argv(), "--date", DAY])
+    first = ingest.main([*settings.argv(), "--date", DAY])
     assert first.stats[DAY]["clean"] == 2
     # Rewrite the partition as a lake written before v1.1 would hold it: no task_id column at all.
     part = Path(settings.lake) / "events" / f"date={DAY}"
@@ -52,7 +52,7 @@ def test_v1_files_and_v1_lake_partitions_still_work(tmp_path):
         assert "task_id" not in pq.read_schema(path).names
     # A resend of a v1 event is still a duplicate; a v1.1 event with a task joins the same partition.
     _write(settings, "v11.jsonl", [_event("a"), _event("c", task="t-1")])
-    again = ingest.run([*settings.argv(), "--date", DAY])
+    again = ingest.main([*settings.argv(), "--date", DAY])
     assert again.stats[DAY]["duplicates"] == 3 and again.stats[DAY]["clean"] == 1  # a, b (v1 file again), a
     rows = ds.dataset(str(part), format="parquet").to_table()
     assert sorted(rows["event_id"].to_pylist()) == ["a", "b", "c"]
@@ -67,7 +67,7 @@ def test_a_task_id_is_bounded_like_every_id(tmp_path):
         "tasks.jsonl",
         [_event("ok", task="t"), _event("long", task="x" * 201), _event("esc", task="t\u001b")],
     )
-    result = ingest.run([*settings.argv(), "--date", DAY])
+    result = ingest.main([*settings.argv(), "--date", DAY])
     assert result.stats[DAY]["quarantined"] == {"value_too_long": 1, "control_character": 1}
     quarantine = ds.dataset(f"{settings.lake}/quarantine", format="parquet").to_table()
     assert sorted(quarantine["event_id"].to_pylist()) == ["esc", "long"]

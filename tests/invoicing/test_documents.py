@@ -28,12 +28,11 @@ from pipelines.cli import main
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.customer import period_text
 from pipelines.invoicing.export import INVOICE_COLUMNS, LINE_COLUMNS, export
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan
 from tests.browser import measure
-from tests.conftest import cli_args, close_month, small_dates, sqlite_at
+from tests.conftest import cli_args, close_month, run_day, small_dates, sqlite_at
 
 pytestmark = pytest.mark.slow
 MONTH = "2026-03"
@@ -75,7 +74,7 @@ def month(tmp_path_factory, small_landing, catalog) -> dict:  # type: ignore[no-
     engine = make_engine(settings.database_url)
     upgrade(engine)
     load_accounts(engine, landing / "accounts.csv", catalog)
-    ingest_and_aggregate(settings, small_dates())
+    run_day(settings, small_dates())
     close_month(settings, MONTH, root)
     invoicing.draft(engine, catalog, MONTH)
     invoicing.finalize(engine, catalog, MONTH)
@@ -110,7 +109,7 @@ def month(tmp_path_factory, small_landing, catalog) -> dict:  # type: ignore[no-
     late = late.set_column(0, "event_id", pa.array([f"late-doc-{n}" for n in range(6)]))
     (landing / late_day.isoformat()).mkdir(exist_ok=True)
     pq.write_table(late, landing / late_day.isoformat() / "late.parquet")
-    ingest_and_aggregate(settings, [late_day])
+    run_day(settings, [late_day])
     invoicing.draft(engine, catalog, MONTH)
     invoicing.finalize(engine, catalog, MONTH)
     # 3. a voided invoice, billed again

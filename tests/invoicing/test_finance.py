@@ -24,12 +24,11 @@ from sqlalchemy.engine import make_url
 
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.export import export
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan, PoolUsage
-from tests.conftest import CATALOG_PATH, ROOT, close_month, small_dates
+from tests.conftest import CATALOG_PATH, ROOT, close_month, run_day, small_dates
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 MONTH = "2026-03"
@@ -51,7 +50,7 @@ def finance_db(postgres_url, tmp_path_factory, small_landing, catalog) -> str:  
         config=str(CATALOG_PATH), database_url=postgres_url, lake=str(root / "lake"), landing=str(landing)
     )
     load_accounts(engine, landing / "accounts.csv", catalog)
-    ingest_and_aggregate(settings, small_dates())
+    run_day(settings, small_dates())
     close_month(settings, MONTH, root)
     invoicing.draft(engine, catalog, MONTH)
     invoicing.finalize(engine, catalog, MONTH)
@@ -67,7 +66,7 @@ def finance_db(postgres_url, tmp_path_factory, small_landing, catalog) -> str:  
     late = late.set_column(account, late.schema.field(account), unknown)
     (landing / late_day.isoformat()).mkdir()
     pq.write_table(late, landing / late_day.isoformat() / "late.parquet")
-    ingest_and_aggregate(settings, [late_day])
+    run_day(settings, [late_day])
     invoicing.draft(engine, catalog, MONTH)
     invoicing.finalize(engine, catalog, MONTH, accept_unknown=ACCEPTED)
     with engine.connect() as conn:

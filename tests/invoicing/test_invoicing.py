@@ -24,7 +24,6 @@ from billing.pricing import cents, price_in_force
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.export import LINE_COLUMNS, export
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.binding import rebind
@@ -33,7 +32,7 @@ from pipelines.warehouse.locks import LockBusy
 from schemas.catalog import parse_catalog
 from schemas.warehouse import Account, Invoice, InvoiceLine
 from tests.billing.test_quota import reference
-from tests.conftest import CATALOG_PATH, close_month, small_dates, sqlite_at
+from tests.conftest import CATALOG_PATH, close_month, run_day, small_dates, sqlite_at
 
 MONTH = "2026-03"
 pytestmark = pytest.mark.slow
@@ -44,7 +43,7 @@ def _build(settings: Settings, catalog) -> None:  # type: ignore[no-untyped-def]
     upgrade(engine)
     load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
     engine.dispose()
-    ingest_and_aggregate(settings, small_dates())
+    run_day(settings, small_dates())
     close_month(settings, MONTH, Path(settings.lake).parent)
 
 
@@ -509,7 +508,7 @@ def test_late_usage_after_finalization_becomes_an_adjustment_that_adds_up_to_the
         config=db.config, database_url=db.database_url, lake=str(lake_copy), landing=str(landing)
     )
     rebind(engine, str(lake_copy), "the test works on its own copy of the lake")
-    ingest_and_aggregate(settings, [late_day])
+    run_day(settings, [late_day])
     accounts = set(late["account_id"].to_pylist())
 
     result = invoicing.draft(engine, catalog, MONTH)

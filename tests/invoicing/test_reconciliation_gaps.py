@@ -12,12 +12,11 @@ from sqlalchemy import text
 from pipelines.invoicing import documents as invoicing
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.quota import meter
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
-from tests.conftest import CATALOG_PATH
+from tests.conftest import CATALOG_PATH, run_day
 
 pytestmark = pytest.mark.slow
 START = dt.date(2026, 2, 1)
@@ -69,7 +68,7 @@ def test_gaps_are_named_by_local_month_and_step_and_a_processed_month_has_none(u
     settings = Settings(str(CATALOG_PATH), url, str(tmp_path / "lake"), str(landing))
     load_accounts(engine, landing / "accounts.csv", catalog)
     dates = [START + dt.timedelta(days=i) for i in range(DAYS)]
-    ingest_and_aggregate(settings, dates)  # meters the local days around every UTC day: Jan 31 .. Mar 4
+    run_day(settings, dates)  # meters the local days around every UTC day: Jan 31 .. Mar 4
     # Undo the metering of local Jan 31 and of March, then meter February alone: February is fully
     # processed once invoiced; Jan 31 and March are metered never and not yet.
     with engine.begin() as conn:
@@ -89,7 +88,7 @@ def test_gaps_are_named_by_local_month_and_step_and_a_processed_month_has_none(u
     assert sum(tokens for tokens, _ in gaps.values()) == unmetered > 0 and uninvoiced == 0
 
     # March metered, not invoiced yet: its gap moves from metering to invoicing, with the same tokens.
-    meter.run([*settings.argv(), "--from", "2026-03-01", "--to", "2026-03-04"])
+    meter.main([*settings.argv(), "--from", "2026-03-01", "--to", "2026-03-04"])
     after = _gaps(engine)
     assert set(after) == {("2026-01", "meter"), ("2026-03", "invoice")}
     assert after[("2026-03", "invoice")][0] == gaps[("2026-03", "meter")][0]

@@ -82,6 +82,7 @@ def test_every_dag_parses_without_errors_or_project_imports_and_follows_the_poli
     assert set(out["ours"]) <= {
         "pipelines",
         "pipelines.jobs",
+        "pipelines.jobs.chain",
         "pipelines.jobs.dag_defaults",
         "pipelines.settings",
         "pipelines.errors",

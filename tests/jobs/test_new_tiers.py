@@ -21,13 +21,12 @@ from sqlalchemy import func, select
 from pipelines.cli import main
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.catalog import load_catalog
 from schemas.warehouse import BillableUsage, DqResult, InvoiceLine, UsageDaily
 from tests.browser import measure
-from tests.conftest import CATALOG_PATH, cli_args, close_month, sqlite_at
+from tests.conftest import CATALOG_PATH, cli_args, close_month, run_day, sqlite_at
 
 pytestmark = pytest.mark.slow
 MONTH = "2026-03"
@@ -99,7 +98,7 @@ def month(tmp_path_factory) -> dict:  # type: ignore[no-untyped-def]
     from pipelines.ingest import quality
 
     quality._gate(load_catalog(CATALOG_PATH), 3.0, False)  # as an earlier command of this process would
-    ingest_and_aggregate(settings, dates)
+    run_day(settings, dates)
     close_month(settings, MONTH, root)
     args = cli_args(settings)
     assert main([*args, "invoices", "draft", "--month", MONTH]) == 0

@@ -28,15 +28,12 @@ def test_every_pipeline_task_runs_with_the_beam_args(task_env):
     """A runner Beam does not know stops each pipeline task with Beam's one line: the flags got there."""
     day = small_dates()[0].isoformat()
     task_env.setenv("USAGE_BILLING_BEAM_ARGS", "--runner=NoSuchRunner")
-    for run in (
-        lambda: tasks.ingest_day(day),
-        lambda: tasks.aggregate_dates([day]),
-        lambda: tasks.meter_dates([day]),
-    ):
+    state = {"landing": [day], "todo": [day], "aggregated": [day]}
+    for step in ("ingest", "aggregate", "meter"):
         with pytest.raises(UsageBillingError, match="NoSuchRunner"):
-            run()
+            tasks.daily_step(step, state if step != "ingest" else None, day)
     task_env.setenv("USAGE_BILLING_BEAM_ARGS", "--direct_num_workers=1")
-    assert tasks.ingest_day(day)["dates"]  # and flags Beam knows run as given
+    assert tasks.daily_step("ingest", None, day)["todo"]  # and flags Beam knows run as given
 
 
 def test_beam_args_that_are_not_shell_words_are_one_line(task_env):

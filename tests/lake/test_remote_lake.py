@@ -20,7 +20,6 @@ import pytest
 from billing.plan import own_pool_models
 from pipelines import lake
 from pipelines.ingest import events as ingest
-from pipelines.jobs.run_day import date_args, ingest_and_aggregate
 from pipelines.lake.paths import use_filesystem_options
 from pipelines.quota import meter
 from pipelines.quota.explain import as_dict, explain_event
@@ -29,7 +28,7 @@ from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, IngestRun, PoolUsage, UsageDaily
 from tests import memfs
-from tests.conftest import small_dates, table_rows
+from tests.conftest import date_args, run_day, small_dates, table_rows
 from tests.s3 import S3_ENV, S3Store
 
 
@@ -93,7 +92,7 @@ def _same_events(local: dict, remote: dict) -> None:
 
 
 def _ingest(settings, dates) -> ingest.IngestResult:  # type: ignore[no-untyped-def]
-    return ingest.run([*settings.argv(), *date_args(dates)])
+    return ingest.main([*settings.argv(), *date_args(dates)])
 
 
 def _runs(url: str) -> list[tuple]:
@@ -109,12 +108,12 @@ def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_s
     )
     dates = small_dates()
     for part in (dates[:-1], dates[-1:]):  # the last landing date carries late events
-        local_result = ingest_and_aggregate(sqlite_settings, part)
-        remote_result = ingest_and_aggregate(remote, part)
-        assert remote_result.ingest.stats == local_result.ingest.stats
-        assert remote_result.ingest.changed_dates == local_result.ingest.changed_dates
+        local_result = run_day(sqlite_settings, part)
+        remote_result = run_day(remote, part)
+        assert remote_result.ingested.stats == local_result.ingested.stats
+        assert remote_result.ingested.changed_dates == local_result.ingested.changed_dates
         assert remote_result.aggregated == local_result.aggregated
-    late = [d for d in local_result.ingest.changed_dates if d < dates[-1]]
+    late = [d for d in local_result.ingested.changed_dates if d < dates[-1]]
     assert late, "late events rewrote a past date"
     assert table_rows(remote.database_url, UsageDaily) == table_rows(sqlite_settings.database_url, UsageDaily)
     assert any(p.endswith(".html") for p, _, _ in store.under(f"{store.root}/lake/"))  # the gate's report
@@ -122,7 +121,7 @@ def test_an_object_store_lake_gets_the_partitions_of_a_local_one(store, sqlite_s
         load_accounts(
             make_engine(settings.database_url), Path(sqlite_settings.landing) / "accounts.csv", catalog
         )
-        meter.run([*settings.argv(), *date_args(dates)])
+        meter.main([*settings.argv(), *date_args(dates)])
     for model in (BillableUsage, PoolUsage):
         assert table_rows(remote.database_url, model) == table_rows(sqlite_settings.database_url, model)
     assert any("/allocations/" in p for p, _, _ in store.under(f"{store.root}/lake/"))

@@ -20,25 +20,24 @@ from sqlalchemy import and_, func, select
 from billing.plan import attach_accounts
 from pipelines import lake
 from pipelines.ingest import events as ingest
-from pipelines.jobs.run_day import date_args
 from pipelines.quota import meter, store
 from pipelines.warehouse.accounts import load_accounts, load_accounts_table
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.lake import ALLOCATION_SCHEMA
 from schemas.warehouse import Account, BillableUsage, PoolDraw, PoolUsage
-from tests.conftest import CATALOG_PATH, small_dates, table_rows
+from tests.conftest import CATALOG_PATH, date_args, small_dates, table_rows
 
 
 @pytest.fixture
 def ingested(sqlite_settings, catalog):  # type: ignore[no-untyped-def]
     engine = make_engine(sqlite_settings.database_url)
     load_accounts(engine, Path(sqlite_settings.landing) / "accounts.csv", catalog)
-    ingest.run([*sqlite_settings.argv(), *date_args(small_dates())])  # no metering yet: the tests meter
+    ingest.main([*sqlite_settings.argv(), *date_args(small_dates())])  # no metering yet: the tests meter
     return sqlite_settings
 
 
 def _meter(settings, dates):  # type: ignore[no-untyped-def]
-    return meter.run([*settings.argv(), *date_args(dates)]).counts
+    return meter.main([*settings.argv(), *date_args(dates)]).counts
 
 
 def test_every_token_of_the_metered_days_is_included_or_overage_once(ingested):
@@ -117,7 +116,7 @@ def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingest
     load_accounts(engine, Path(ingested.landing) / "accounts.csv", catalog)
     started = []
     for day in dates:
-        started.append(meter.run([*other.argv(), *date_args([day])]).notes)
+        started.append(meter.main([*other.argv(), *date_args([day])]).notes)
     # After the first day each run starts from the balances the day before left (nothing changed).
     assert started[0] == [] and all(
         n == [f"started from the pool balances at the end of {d - dt.timedelta(days=1)}"]
@@ -139,7 +138,7 @@ def test_balances_are_not_used_once_what_they_came_from_changed(ingested, catalo
         argv = [*settings.argv(), *date_args(dates[1:2])]
         if config is not None:
             argv[argv.index("--config") + 1] = str(config)
-        return bool(meter.run(argv).notes)
+        return bool(meter.main(argv).notes)
 
     assert started()
     # A file two UTC days later holds no event of the state's days: the state stays usable (late
@@ -292,7 +291,7 @@ def test_quota_show_prints_each_pool(ingested, capsys):
 
 
 def test_run_day_meters_to_the_end_of_the_periods_its_dates_touch(catalog):
-    from pipelines.jobs.run_day import meter_dates_for
+    from pipelines.jobs.steps import meter_dates_for
 
     got = meter_dates_for([dt.date(2026, 3, 4)], catalog)  # weekly pools: Wed -> through Sunday 8 March
     assert got[0] == dt.date(2026, 3, 3) and got[-1] == dt.date(2026, 3, 8) and len(got) == 6
@@ -304,7 +303,7 @@ def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
 ):
     import json
 
-    from pipelines.jobs.run_day import ingest_and_aggregate
+    from tests.conftest import run_day
 
     engine = make_engine(sqlite_settings.database_url)
     load_accounts(engine, Path(sqlite_settings.landing) / "accounts.csv", catalog)
@@ -312,7 +311,7 @@ def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
     landing = tmp_path / "landing"
     shutil.copytree(sqlite_settings.landing, landing)
     settings = replace(sqlite_settings, landing=str(landing))
-    ingest_and_aggregate(settings, dates)  # all four days metered
+    run_day(settings, dates)  # all four days metered
     day4 = dates[3]
 
     def rows_of_day4() -> list[tuple]:
@@ -351,7 +350,7 @@ def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
     }
     # It arrives with the second landing date: the fourth day's rows (same week) must be re-metered.
     (landing / dates[1].isoformat() / "late.jsonl").write_text(json.dumps(late) + "\n")
-    ingest_and_aggregate(settings, [dates[1]])
+    run_day(settings, [dates[1]])
     assert rows_of_day4() != before  # the late request used the week's allowance: day 4 moved to overage
     incremental = table_rows(settings.database_url, BillableUsage)
 
@@ -359,7 +358,7 @@ def test_a_late_event_through_run_day_gives_the_same_rows_as_a_full_remeter(
     upgrade(make_engine(full.database_url))
     load_accounts(make_engine(full.database_url), landing / "accounts.csv", catalog)
     last = max(r[3] for r in incremental)
-    meter.run(
+    meter.main(
         [*full.argv(), "--from", (dates[0] - dt.timedelta(days=1)).isoformat(), "--to", last.isoformat()]
     )
     assert incremental == table_rows(full.database_url, BillableUsage)

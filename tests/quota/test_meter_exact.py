@@ -20,14 +20,14 @@ from sqlalchemy import func, select
 
 from pipelines import lake
 from pipelines.ingest import events as ingest
-from pipelines.jobs import run_day as jobs
 from pipelines.quota import meter, store
+from pipelines.quota.remeter import stale_dates
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.catalog import load_catalog
 from schemas.warehouse import BillableUsage, PoolUsage
-from tests.conftest import close_month
+from tests.conftest import close_month, meter_changed
 from tests.reference_billing import bill, invoice_totals, usage_amount
 
 ZONES = [
@@ -136,13 +136,13 @@ class World:
             for e in [*events, *resent]:
                 f.write(json.dumps({**e, "event_time": e["event_time"].isoformat()}) + "\n")
         self.events += events
-        result = ingest.run([*self.settings.argv(), "--date", landing.isoformat()])
+        result = ingest.main([*self.settings.argv(), "--date", landing.isoformat()])
         assert (result.total("clean"), result.total("duplicates")) == (len(events), len(resent))
-        jobs.meter_changed(self.settings, [landing, *result.changed_dates])
+        meter_changed(self.settings, [landing, *result.changed_dates])
 
     def meter_everything(self) -> None:
         days = sorted(e["event_time"].date() for e in self.events)
-        meter.run(
+        meter.main(
             [
                 *self.settings.argv(),
                 "--from",
@@ -195,7 +195,7 @@ class World:
         assert self.billable() == want.billable
         assert self.pools() == want.pools
         assert self.draws() == want.draws
-        assert jobs.stale_dates(self.engine, load_catalog(self.settings.config)) == []
+        assert stale_dates(self.engine, load_catalog(self.settings.config)) == []
         months = sorted({day.strftime("%Y-%m") for day in want.local_day.values()})
         rows = [r for rows in self.accounts.values() for r in rows]
         expected = invoice_totals(self.catalog, rows, want, months)
@@ -298,8 +298,8 @@ def test_a_monthly_pool_drawn_first_couples_the_week_of_february_23_to_february(
         world.run_day(e["event_time"].date(), [e])
     world.assert_exact()
     world.load_accounts([{**A1, "account_id": "a2"}])  # unrelated: queues nothing
-    assert jobs.stale_dates(world.engine, load_catalog(world.settings.config)) == []
-    meter.run([*world.settings.argv(), "--month", "2026-03"])
+    assert stale_dates(world.engine, load_catalog(world.settings.config)) == []
+    meter.main([*world.settings.argv(), "--month", "2026-03"])
     world.assert_exact()
     # Feb: main used up by Feb 10, so Feb 27's 500 go to the week; Mar 1 draws main (the week is full),
     # Mar 4: main 500 more, the new week 500, 1000 overage.
@@ -340,7 +340,7 @@ def test_a_plan_change_loaded_after_its_days_were_metered_is_metered_again_befor
             {**A1, "plan": "pro", "active_from": dt.date(2026, 3, 3)},
         ]
     )
-    stale = jobs.stale_dates(world.engine, load_catalog(world.settings.config))
+    stale = stale_dates(world.engine, load_catalog(world.settings.config))
     assert dt.date(2026, 3, 4) in stale and dt.date(2026, 2, 27) not in stale
     with world.engine.begin() as conn:
         reason = months.open_reason(
@@ -373,9 +373,9 @@ def test_a_change_of_the_catalogs_plans_makes_metered_days_out_of_date(tmp_path)
     bigger["plans"][0]["pools"][1]["allowance_tokens"] = 5000
     world.set_catalog(bigger)
     catalog = load_catalog(world.settings.config)
-    assert jobs.stale_dates(world.engine, catalog) == sorted(
-        {d for d in jobs.stale_dates(world.engine, catalog)}
-    ) and dt.date(2026, 3, 4) in jobs.stale_dates(world.engine, catalog)
+    assert stale_dates(world.engine, catalog) == sorted(
+        {d for d in stale_dates(world.engine, catalog)}
+    ) and dt.date(2026, 3, 4) in stale_dates(world.engine, catalog)
     world.run_day(dt.date(2026, 3, 6), [_event(9, "2026-03-06T10:00", 10)])
     world.assert_exact()
     assert _march_bill(world) == Decimal("10.00")  # everything included now
@@ -552,8 +552,8 @@ def play(scenario: Scenario, root: Path) -> World:
         world.load_accounts(scenario.reload[1])
     if scenario.new_plans and scenario.new_plans[0] >= len(scenario.landings()):
         world.set_catalog(scenario.new_plans[1])
-    if jobs.stale_dates(world.engine, load_catalog(world.settings.config)):  # changed after the last day
-        jobs.meter_changed(world.settings, [])
+    if stale_dates(world.engine, load_catalog(world.settings.config)):  # changed after the last day
+        meter_changed(world.settings, [])
     return world
 
 
@@ -651,7 +651,7 @@ def test_a_metering_run_that_does_not_add_up_fails_and_loads_nothing(tmp_path, m
 
     monkeypatch.setattr(transforms, "allocate", off_by_one)
     with pytest.raises(DataQualityError, match="metering check failed"):
-        meter.run([*world.settings.argv(), "--date", "2026-02-27"])
+        meter.main([*world.settings.argv(), "--date", "2026-02-27"])
     monkeypatch.undo()
     assert (world.billable(), world.pools(), world.draws()) == before
 
@@ -662,15 +662,15 @@ def test_an_identical_reload_or_a_change_on_days_without_usage_queues_nothing(tm
     world.run_day(dt.date(2026, 2, 27), [_event(0, "2026-02-27T10:00", 700)])
     catalog = load_catalog(world.settings.config)
     world.load_accounts([A1])
-    assert jobs.stale_dates(world.engine, catalog) == []
+    assert stale_dates(world.engine, catalog) == []
     world.load_accounts([{**A1, "active_until": dt.date(2026, 2, 28)}])  # ends after its usage
-    assert jobs.stale_dates(world.engine, catalog) == []
+    assert stale_dates(world.engine, catalog) == []
     world.load_accounts([{**A1, "timezone": "Asia/Tokyo"}])  # its events move to other local days
-    stale = jobs.stale_dates(world.engine, catalog)  # the metered days within two of its usage
+    stale = stale_dates(world.engine, catalog)  # the metered days within two of its usage
     assert dt.date(2026, 2, 27) in stale and stale == [
         d for d in stale if dt.date(2026, 2, 25) <= d <= dt.date(2026, 3, 1)
     ]
-    jobs.meter_changed(world.settings, [])
+    meter_changed(world.settings, [])
     world.assert_exact()
 
 
@@ -743,13 +743,14 @@ def test_the_monthly_dag_meters_the_months_out_of_date_days_before_its_draft(tmp
         ("LANDING", s.landing),
     ]:
         monkeypatch.setenv(f"USAGE_BILLING_{name}", value)
-    assert jobs.stale_dates(world.engine, load_catalog(s.config)) == [
+    assert stale_dates(world.engine, load_catalog(s.config)) == [
         dt.date(2026, 2, 27),
         dt.date(2026, 3, 1),
         dt.date(2026, 3, 4),
     ]  # the days with usage
-    assert orchestration.remeter_month("2026-03") == ["2026-03-01", "2026-03-04"]
-    assert jobs.stale_dates(world.engine, load_catalog(s.config)) == [dt.date(2026, 2, 27)]  # not its month
-    assert orchestration.draft_month("2026-03")["total"] == "2.50"  # 500 + 2000 tokens at the rate card
-    assert orchestration.remeter_month("2026-02") == ["2026-02-27"]
+    march = orchestration.monthly_step("remeter", "2026-03")
+    assert march["remetered"] == ["2026-03-01", "2026-03-04"]
+    assert stale_dates(world.engine, load_catalog(s.config)) == [dt.date(2026, 2, 27)]  # not its month
+    assert orchestration.monthly_step("draft", march)["total"] == "2.50"  # 500 + 2000 tokens at the rate card
+    assert orchestration.monthly_step("remeter", "2026-02")["remetered"] == ["2026-02-27"]
     world.assert_exact()

@@ -15,11 +15,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from billing.plan import attach_accounts
 from pipelines import lake
 from pipelines.ingest import events as ingest
-from pipelines.jobs.run_day import date_args
 from pipelines.quota.transforms import MeterQuota
 from pipelines.warehouse.accounts import load_accounts, load_accounts_table
 from pipelines.warehouse.engine import make_engine
-from tests.conftest import small_dates
+from tests.conftest import date_args, small_dates
 
 OPTIONS = ["--runner=FnApiRunner"]
 
@@ -28,7 +27,7 @@ def test_meter_quota_returns_every_metered_token_once_per_shard_and_kind(sqlite_
     engine = make_engine(sqlite_settings.database_url)
     load_accounts(engine, Path(sqlite_settings.landing) / "accounts.csv", catalog)
     dates = small_dates()
-    ingest.run([*sqlite_settings.argv(), *date_args(dates)])
+    ingest.main([*sqlite_settings.argv(), *date_args(dates)])
     accounts = load_accounts_table(engine)
     files = [f for d in dates for f in lake.list_files(lake.partition(sqlite_settings.lake, lake.EVENTS, d))]
     first, last = dates[1], dates[-2]  # events of the days around them are read, not billed

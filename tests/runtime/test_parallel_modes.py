@@ -15,13 +15,12 @@ import pytest
 
 from pipelines import lake
 from pipelines.ingest import events as ingest
-from pipelines.jobs.run_day import date_args
 from pipelines.quota import meter, store
 from pipelines.usage import aggregate
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, MeteredDay, ModelDaily, PoolUsage, UsageDaily
-from tests.conftest import small_dates, table_rows
+from tests.conftest import date_args, small_dates, table_rows
 
 pytestmark = pytest.mark.slow
 TABLES = (UsageDaily, ModelDaily, BillableUsage, PoolUsage, MeteredDay)
@@ -32,11 +31,11 @@ def _run_all(settings, catalog, flags: list[str]) -> None:  # type: ignore[no-un
     upgrade(engine)
     load_accounts(engine, Path(settings.landing) / "accounts.csv", catalog)
     dates = date_args(small_dates())
-    ingest.run([*settings.argv(), *dates, *flags])
-    aggregate.run([*settings.argv(), *dates, *flags])
-    meter.run([*settings.argv(), *dates, *flags])
+    ingest.main([*settings.argv(), *dates, *flags])
+    aggregate.main([*settings.argv(), *dates, *flags])
+    meter.main([*settings.argv(), *dates, *flags])
     # the last two days again, from the balances the run above left
-    rerun = meter.run([*settings.argv(), *date_args(small_dates()[-2:]), *flags])
+    rerun = meter.main([*settings.argv(), *date_args(small_dates()[-2:]), *flags])
     assert rerun.notes, "the re-run did not start from the stored balances"
 
 

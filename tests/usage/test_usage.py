@@ -15,10 +15,10 @@ from sqlalchemy.orm import Session
 from pipelines.adoption import weekly
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
-from pipelines.jobs.run_day import ingest_and_aggregate
 from pipelines.usage.partials import DayPartials, model_daily, partial_usage, quantiles_from_histogram
 from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import ModelDaily, ModelWeekly, UsageDailyError
+from tests.conftest import run_day
 
 
 def _events(n: int, seed: int = 0) -> pa.Table:
@@ -77,7 +77,7 @@ def nine_days(tmp_path, catalog, sqlite_settings):  # type: ignore[no-untyped-de
     write_landing(generate(catalog, cfg), cfg, str(tmp_path / "landing9"))
     settings = replace(sqlite_settings, landing=str(tmp_path / "landing9"))
     dates = [cfg.start + dt.timedelta(days=i) for i in range(cfg.days)]
-    ingest_and_aggregate(settings, dates)
+    run_day(settings, dates)
     return settings
 
 
