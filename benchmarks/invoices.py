@@ -96,7 +96,7 @@ def closed_month(conn) -> None:  # type: ignore[no-untyped-def]
     from sqlalchemy import insert
 
     from billing.invoices import month_bounds
-    from pipelines.quota.remeter import plans_digest
+    from pipelines.warehouse.remeter import plans_digest
     from schemas.catalog import load_catalog
     from schemas.warehouse import IngestRun, MeteredDate
 

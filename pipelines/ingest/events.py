@@ -33,7 +33,7 @@ from pipelines.ingest.commit import (
     other_files_quarantine,
     recover_runs,
 )
-from pipelines.ingest.datasets import DATASETS, EVENTS, Dataset
+from pipelines.ingest.datasets import DATASETS, EVENTS, OUTCOMES, Dataset
 from pipelines.ingest.dedup import dedup_shard
 from pipelines.ingest.hashing import sub_shard_segments, with_hash
 from pipelines.ingest.options import IngestFlags, IngestOptions
@@ -60,6 +60,7 @@ from pipelines.ingest.units import (
     sub_shards,
 )
 from pipelines.ingest.validate import Rules, validate
+from pipelines.ingest.validate_outcomes import validate_outcomes
 from pipelines.runtime import faults
 from pipelines.runtime.context import RunContext, split_argv
 from pipelines.runtime.dates import dates_of
@@ -128,7 +129,8 @@ class ReadAndValidate(beam.DoFn):
         ]
         stats = new_stats(files=1 if unit.first else 0)
         for i, chunk in enumerate(chunks):
-            clean, quarantine = validate(chunk, landing, name, self.rules, ds)
+            check = validate_outcomes if ds.name == OUTCOMES.name else validate
+            clean, quarantine = check(chunk, landing, name, self.rules)
             stats = merge(stats, new_stats(rows_read=chunk.rows_read, quarantined=reason_counts(quarantine)))
             if quarantine.num_rows:
                 yield QUARANTINE, (unit.landing_date, quarantine)

@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.ingest.validate import Rules, _missing
+from pipelines.ingest.masks import nulls
+from pipelines.ingest.rules import Rules
 
 
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
@@ -51,7 +52,7 @@ def unpriced(raw: pa.Table, times: pa.Array, rules: Rules) -> np.ndarray:
     if not suspect:
         return np.zeros(n, bool)
     codes = models.astype(np.int64) * len(tier_values) + tiers
-    present = ~_missing(raw["model"]) & ~_missing(raw["speed_tier"]) & ~_missing(times)
+    present = ~nulls(raw["model"]) & ~nulls(raw["speed_tier"]) & ~nulls(times)
     out = np.zeros(n, bool)
     us = micros.fill_null(0).to_numpy()
     for code, day in suspect:

@@ -14,7 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.ingest.datasets import EVENTS, OUTCOMES, Dataset
+from pipelines.ingest.datasets import EVENTS, Dataset
+from pipelines.ingest.masks import as_mask, nulls
+from pipelines.ingest.prices import unpriced
 from pipelines.ingest.readers import SPEC_OK, RawChunk
 from pipelines.ingest.rules import Rules
 from schemas import tokens
@@ -40,19 +42,6 @@ _ZONE = r"(Z|z|[+-]\d{2}:?\d{2})$"
 ID_FIELDS = ("event_id", "account_id", "user_id", "model", "speed_tier", "status", "error_code", "task_id")
 BLANK_CHECKED = ("event_id", "account_id")  # required ids: empty or only white space is no id
 _CONTROL = r"[\x00-\x1f\x7f-\x{9f}]"  # schemas.limits.CONTROL_CHARACTERS, in RE2's syntax
-
-
-def _np_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A boolean Arrow array -> numpy, nulls as False. Most checks find nothing: their answer is
-    known from the bitmap (``any``) without unpacking a byte per row."""
-    if not pc.any(arr).as_py():
-        return np.zeros(len(arr), bool)
-    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _missing(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Null rows (a column without nulls says so in its header: no row is looked at)."""
-    return _np_mask(col.is_null()) if col.null_count else np.zeros(len(col), bool)
 
 
 def _cast_time(col: pa.Array) -> pa.Array:
@@ -91,7 +80,7 @@ def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndar
     n = len(col)
     if pa.types.is_timestamp(col.type):
         if col.type.tz is None:
-            return pa.nulls(n, TIMESTAMP), np.zeros(n, bool), ~_missing(col)
+            return pa.nulls(n, TIMESTAMP), np.zeros(n, bool), ~nulls(col)
         return (
             pc.cast(col, TIMESTAMP, safe=False),
             np.zeros(n, bool),
@@ -107,31 +96,28 @@ def parse_event_time(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndar
         return _cast_time(col), np.zeros(n, bool), np.zeros(n, bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
-    present = ~_missing(col)
-    zoned = present & _np_mask(pc.match_substring_regex(col, _ZONE))  # without a zone the parser refuses
+    present = ~nulls(col)
+    zoned = present & as_mask(pc.match_substring_regex(col, _ZONE))  # without a zone the parser refuses
     ok = _castable(col, zoned)
     values = _cast_time(pc.if_else(pa.array(ok), col, pa.nulls(n, pa.string())))
     failed = present & ~ok
-    naive = failed & _np_mask(pc.match_substring_regex(col, _ISO + "$"))
+    naive = failed & as_mask(pc.match_substring_regex(col, _ISO + "$"))
     return values, failed & ~naive, naive
 
 
 def validate(
-    chunk: RawChunk, landing_date: dt.date, source_file: str, rules: Rules, dataset: Dataset = EVENTS
+    chunk: RawChunk, landing_date: dt.date, source_file: str, rules: Rules
 ) -> tuple[pa.Table, pa.Table]:
-    """(clean rows in the dataset's ingest schema + _row_number, quarantine rows) for one raw chunk."""
-    if dataset.name == OUTCOMES.name:
-        from pipelines.ingest.validate_outcomes import validate_outcomes
-
-        return validate_outcomes(chunk, landing_date, source_file, rules)
+    """(clean rows in the usage events' ingest schema + _row_number, quarantine rows) for one raw chunk
+    (task outcomes: ``validate_outcomes``)."""
     raw = chunk.table
     n = raw.num_rows
     checks: list[tuple[str, np.ndarray]] = []
     for name in REQUIRED_FIELDS:
         if name != "event_time":
-            checks.append((f"missing_{name}", _missing(raw[name])))
+            checks.append((f"missing_{name}", nulls(raw[name])))
     times, bad_time, naive_time = parse_event_time(raw["event_time"])
-    checks.append(("missing_event_time", _missing(raw["event_time"])))
+    checks.append(("missing_event_time", nulls(raw["event_time"])))
     checks.append(("bad_event_time", bad_time))
     checks.append(("naive_event_time", naive_time))
     for name in BLANK_CHECKED:
@@ -146,7 +132,7 @@ def validate(
     blank = dict(checks)["empty_account_id"]  # told as empty, not as a look-alike
     checks.append(("non_canonical_account_id", non_canonical(raw["account_id"]) & ~blank))
     if SPEC_OK in raw.column_names:
-        checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
+        checks.append(("unsupported_specversion", ~as_mask(raw[SPEC_OK])))
     checks.append(("unknown_model", _not_in(raw["model"], rules.models)))
     checks.append(("unknown_speed_tier", _not_in(raw["speed_tier"], rules.tiers)))
     checks.append(("unknown_status", _not_in(raw["status"], STATUSES)))
@@ -154,20 +140,18 @@ def validate(
     negative = np.zeros(n, bool)
     too_big = np.zeros(n, bool)
     for col in counts.values():
-        negative |= _np_mask(pc.less(col, 0))
-        too_big |= _np_mask(pc.greater(col, rules.max_tokens_per_event))
+        negative |= as_mask(pc.less(col, 0))
+        too_big |= as_mask(pc.greater(col, rules.max_tokens_per_event))
     checks.append(("negative_tokens", negative))
     checks.append(("tokens_out_of_range", too_big))
     for reason, whole, inside in tokens.exceeds_checks():
         total = counts[inside[0]]
         for part in inside[1:]:
             total = pc.add(total, pc.fill_null(counts[part], 0))
-        checks.append((reason, _np_mask(pc.greater(total, counts[whole]))))
-    checks.append(("negative_duration", _np_mask(pc.less(raw["duration_ms"], 0))))
-    checks.append(("duration_out_of_range", _np_mask(pc.greater(raw["duration_ms"], MAX_DURATION_MS))))
+        checks.append((reason, as_mask(pc.greater(total, counts[whole]))))
+    checks.append(("negative_duration", as_mask(pc.less(raw["duration_ms"], 0))))
+    checks.append(("duration_out_of_range", as_mask(pc.greater(raw["duration_ms"], MAX_DURATION_MS))))
     if rules.check_prices:
-        from pipelines.ingest.prices import unpriced
-
         checks.append(("no_price", unpriced(raw, times, rules)))
     future, late = _time_window(times, landing_date, rules)
     checks.append(("future_event", future))
@@ -181,8 +165,8 @@ def _time_window(times: pa.Array, landing_date: dt.date, rules: Rules) -> tuple[
     latest = day_start + dt.timedelta(days=1, hours=rules.future_slack_hours)
     earliest = day_start - dt.timedelta(days=rules.lateness_days)
     return (
-        _np_mask(pc.greater_equal(times, pa.scalar(latest, TIMESTAMP))),
-        _np_mask(pc.less(times, pa.scalar(earliest, TIMESTAMP))),
+        as_mask(pc.greater_equal(times, pa.scalar(latest, TIMESTAMP))),
+        as_mask(pc.less(times, pa.scalar(earliest, TIMESTAMP))),
     )
 
 
@@ -217,15 +201,15 @@ def _per_value(col: pa.ChunkedArray | pa.Array, check) -> np.ndarray:
     """``check`` (a boolean Arrow function) of each row's value; for a dictionary column it runs once
     per distinct value and each row takes its value's verdict."""
     if col.type != DICTIONARY:
-        return _np_mask(check(col))
+        return as_mask(check(col))
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
     parts = []
     for c in chunks:
-        verdict = _np_mask(check(c.dictionary))
+        verdict = as_mask(check(c.dictionary))
         if not verdict.any():  # no value fails (or there is none): no row does, nothing to look up
             parts.append(np.zeros(len(c), bool))
             continue
-        parts.append(verdict[c.indices.fill_null(0).to_numpy()] & ~_missing(c))
+        parts.append(verdict[c.indices.fill_null(0).to_numpy()] & ~nulls(c))
     return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
@@ -256,16 +240,16 @@ def _blank(col: pa.ChunkedArray) -> np.ndarray:
     parts = []
     for c in col.chunks if isinstance(col, pa.ChunkedArray) else [col]:
         if not pa.types.is_string(c.type) or c.buffers()[2] is None:
-            parts.append(_np_mask(_blank_values(c)))
+            parts.append(as_mask(_blank_values(c)))
             continue
         offsets = np.frombuffer(c.buffers()[1], np.int32)[c.offset : c.offset + len(c) + 1]
         data = np.frombuffer(c.buffers()[2], np.uint8)
         starts, lengths = offsets[:-1], np.diff(offsets)
         first = data[np.minimum(starts, max(len(data) - 1, 0))] if len(data) else np.zeros(len(c), np.uint8)
-        suspect = ((lengths == 0) | _SPACE_LEADS[first]) & ~_missing(c)
+        suspect = ((lengths == 0) | _SPACE_LEADS[first]) & ~nulls(c)
         if suspect.any():
             idx = np.flatnonzero(suspect)
-            suspect[idx] = _np_mask(_blank_values(c.take(pa.array(idx))))
+            suspect[idx] = as_mask(_blank_values(c.take(pa.array(idx))))
         parts.append(suspect)
     return np.concatenate(parts) if parts else np.zeros(0, bool)
 
@@ -289,17 +273,17 @@ def non_canonical(col: pa.ChunkedArray) -> np.ndarray:
         text = c.cast(pa.string())
         return pc.or_(pc.invert(pc.ascii_is_printable(text)), pc.match_substring_regex(text, "[A-Z ]"))
 
-    suspect = _per_value(col, suspect_values) & ~_missing(col)
+    suspect = _per_value(col, suspect_values) & ~nulls(col)
     if suspect.any():
         idx = np.flatnonzero(suspect)
         values = col.take(pa.array(idx)).cast(pa.string())
         alike = [v for v in pc.unique(values).to_pylist() if looks_alike(v)]
-        suspect[idx] = _np_mask(pc.is_in(values, value_set=pa.array(alike, pa.string())))
+        suspect[idx] = as_mask(pc.is_in(values, value_set=pa.array(alike, pa.string())))
     return suspect
 
 
 def _not_in(col: pa.ChunkedArray, allowed) -> np.ndarray:
-    present = ~_missing(col)
+    present = ~nulls(col)
     return present & ~_per_value(col, lambda c: pc.is_in(c, value_set=pa.array(sorted(allowed), pa.string())))
 
 

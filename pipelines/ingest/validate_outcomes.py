@@ -19,14 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.ingest.datasets import OUTCOMES
+from pipelines.ingest.masks import as_mask, nulls
 from pipelines.ingest.readers import SPEC_OK, RawChunk
+from pipelines.ingest.rules import Rules
 from pipelines.ingest.validate import (
-    Rules,
     _blank,
     _control_characters,
-    _missing,
     _not_in,
-    _np_mask,
     _split,
     _time_window,
     _too_long,
@@ -47,7 +46,7 @@ def validate_outcomes(
     n = raw.num_rows
     checks: list[tuple[str, np.ndarray]] = []
     for name in oc.REQUIRED_FIELDS:
-        checks.append((f"missing_{name}", _missing(raw[name])))
+        checks.append((f"missing_{name}", nulls(raw[name])))
     times: dict[str, pa.Array] = {}
     for name in oc.TIME_FIELDS:
         values, bad, naive = parse_event_time(raw[name])
@@ -66,27 +65,25 @@ def validate_outcomes(
     blank = dict(checks)["empty_account_id"]  # told as empty, not as a look-alike
     checks.append(("non_canonical_account_id", non_canonical(raw["account_id"]) & ~blank))
     if SPEC_OK in raw.column_names:
-        checks.append(("unsupported_specversion", ~_np_mask(raw[SPEC_OK])))
+        checks.append(("unsupported_specversion", ~as_mask(raw[SPEC_OK])))
     checks.append(("unknown_outcome", _not_in(raw["outcome"], oc.OUTCOMES)))
     started, completed = (pc.cast(times[f], pa.int64()) for f in oc.TIME_FIELDS)
     span_us = pc.subtract(completed, started)
-    checks.append(("completed_before_started", _np_mask(pc.less(span_us, 0))))
-    checks.append(("task_too_long", _np_mask(pc.greater(span_us, oc.MAX_TASK_DAYS * 86_400_000_000))))
+    checks.append(("completed_before_started", as_mask(pc.less(span_us, 0))))
+    checks.append(("task_too_long", as_mask(pc.greater(span_us, oc.MAX_TASK_DAYS * 86_400_000_000))))
     rework, rework_ms = raw["rework"], raw["rework_ms"]
-    checks.append(("negative_rework_ms", _np_mask(pc.less(rework_ms, 0))))
-    checks.append(
-        ("rework_ms_without_rework", _np_mask(pc.and_(pc.invert(rework), pc.greater(rework_ms, 0))))
-    )
+    checks.append(("negative_rework_ms", as_mask(pc.less(rework_ms, 0))))
+    checks.append(("rework_ms_without_rework", as_mask(pc.and_(pc.invert(rework), pc.greater(rework_ms, 0)))))
     checks.append(
         (
             "rework_on_abandoned",
-            _np_mask(pc.and_(rework, pc.equal(raw["outcome"].cast(pa.string()), "abandoned"))),
+            as_mask(pc.and_(rework, pc.equal(raw["outcome"].cast(pa.string()), "abandoned"))),
         )
     )
     # rework_ms * 1000 > span, without the product's overflow: rework_ms > floor(span / 1000); a
     # negative span is completed_before_started already
     longer = pc.and_(pc.greater_equal(span_us, 0), pc.greater(rework_ms, pc.divide(span_us, _MS_US)))
-    checks.append(("rework_exceeds_task", _np_mask(longer)))
+    checks.append(("rework_exceeds_task", as_mask(longer)))
     future, late = _time_window(times["completed_at"], landing_date, rules)
     checks.append(("future_outcome", future))
     checks.append(("too_late", late))

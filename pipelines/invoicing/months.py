@@ -19,9 +19,9 @@ from billing.invoices import (
     utc_span,
 )
 from pipelines.errors import UsageBillingError
-from pipelines.quota.remeter import out_of_date
 from pipelines.warehouse.engine import as_date, as_utc
 from pipelines.warehouse.gate import held_back
+from pipelines.warehouse.remeter import out_of_date
 from schemas.catalog import Catalog
 from schemas.limits import date_problem
 from schemas.warehouse import (
@@ -50,7 +50,7 @@ def open_reason(conn: Connection, catalog: Catalog, month: str, today: dt.date |
     """Why ``month`` is not closed yet (None when it is). A month is closed when every local day of it,
     in every account's timezone, was ingested, with ``[invoicing] close_grace_days`` more landing days
     for late data, and metered after the last ingest that changed its UTC days, under the accounts and
-    the catalog's plans as they are now (``pipelines.quota.remeter``). Landing dates before
+    the catalog's plans as they are now (``pipelines.warehouse.remeter``). Landing dates before
     the first one ever ingested held nothing: the platform had no events then."""
     today = today or dt.datetime.now(dt.UTC).date()
     first, last = month_bounds(month)

@@ -26,12 +26,12 @@ from pipelines.ingest import quality
 from pipelines.ingest.options import IngestOptions
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.export import export as export_month
-from pipelines.quota import meter as meter_stage
-from pipelines.quota.remeter import stale_dates
+from pipelines.quota.meter import meter_runs
 from pipelines.runtime.context import RunContext
 from pipelines.runtime.dates import contiguous
 from pipelines.usage import aggregate as aggregate_stage
 from pipelines.warehouse.recompute import pending
+from pipelines.warehouse.remeter import stale_dates
 from schemas.catalog import Catalog
 
 
@@ -190,15 +190,6 @@ def meter_dates_for(utc_dates: list[dt.date], catalog: Catalog) -> list[dt.date]
         end = coupling.affects_until(d + dt.timedelta(days=1))
         local.update(start + dt.timedelta(days=i) for i in range((end - start).days + 1))
     return sorted(local)
-
-
-def meter_runs(context: RunContext, dates: list[dt.date]) -> list[str]:
-    """Meter ``dates`` in runs of consecutive days; per run its dates and what it started from."""
-    done = []
-    for run_dates in contiguous(dates):
-        result = meter_stage.run(context, run_dates)
-        done.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in result.notes))
-    return done
 
 
 # -- the monthly chain --------------------------------------------------------------------------

@@ -59,8 +59,8 @@ def quota_meter(
 
 
 def _meter_stale(s, beam_args: list[str]) -> None:
-    from pipelines.jobs.steps import meter_runs
-    from pipelines.quota.remeter import stale_dates
+    from pipelines.quota.meter import meter_runs
+    from pipelines.warehouse.remeter import stale_dates
 
     with RunContext.open(s, beam_args) as context:
         days = stale_dates(context.engine, context.catalog)

@@ -25,8 +25,8 @@ from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.hashing import shard_of, stable_hash
 from pipelines.ingest.units import index_file, shard_file
-from pipelines.quota.remeter import out_of_date
 from pipelines.quota.show import as_utc, period_balance
+from pipelines.warehouse.remeter import out_of_date
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA
 from schemas.tokens import ids as kind_ids

@@ -62,7 +62,7 @@ from pipelines.quota.store import (
 from pipelines.quota.transforms import MeterQuota, StageShardTable
 from pipelines.runtime import faults
 from pipelines.runtime.context import RunContext, StepOptions, split_argv
-from pipelines.runtime.dates import date_range, month_dates
+from pipelines.runtime.dates import contiguous, date_range, month_dates
 from pipelines.runtime.options import run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.accounts import ACCOUNTS_LOCK, load_accounts_table
@@ -113,6 +113,15 @@ def main(argv: list[str] | None = None) -> MeterResult:
     dates = meter_dates(flags.date, flags.from_date, flags.to_date, flags.month)  # before any database work
     with RunContext.open(settings, beam_args) as context:
         return run(context, dates, StepOptions(flags.run_id))
+
+
+def meter_runs(context: RunContext, dates: list[dt.date]) -> list[str]:
+    """Meter ``dates`` in runs of consecutive days; per run its dates and what it started from."""
+    done = []
+    for run_dates in contiguous(dates):
+        result = run(context, run_dates)
+        done.append(f"{run_dates[0]}..{run_dates[-1]}" + "".join(f" ({n})" for n in result.notes))
+    return done
 
 
 def _run(context: RunContext, dates: list[dt.date], options: StepOptions, fence: Fence) -> MeterResult:

@@ -19,9 +19,9 @@ from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.hashing import HASH, runs, shard_segments, stable_hash
 from pipelines.quota.checks import check_totals
-from pipelines.quota.remeter import plans_digest
 from pipelines.warehouse.engine import as_date, insert_arrow, replace_rows
 from pipelines.warehouse.locks import Fence
+from pipelines.warehouse.remeter import plans_digest
 from schemas.catalog import Catalog
 from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
 from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolDraw, PoolUsage

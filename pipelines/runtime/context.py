@@ -107,8 +107,8 @@ class StepOptions:
 
 def split_argv(argv: list[str] | None, *flags: Any) -> tuple[Settings, argparse.Namespace, list[str]]:
     """An argument list at an edge (a script, a test, the extra arguments of a command): the settings
-    of its ``--config``/``--database_url``/``--lake``/``--landing``, the step's own flags (``CommonOptions``
-    and ``flags``: dates, ``--run_id``, ``--shards``, ...) and what is left, Beam's own flags."""
+    of its ``--config``/``--database_url``/``--lake``/``--landing``, the step's own flags (dates and
+    ``--run_id``, and ``flags``: ``--shards``, ...) and what is left, Beam's own flags."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     add_common_flags(parser)
     for cls in flags:  # a step's own flags: a Beam options class (Beam must know them too)

@@ -25,21 +25,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.lake.paths import set_filesystem_options
-from pipelines.runtime.context import add_common_flags
 from pipelines.runtime.startup import collect_from_here
 
 DEFAULT_RUNNER = "FnApiRunner"
 DEFAULT_THREADS = 4
-
-
-class CommonOptions(PipelineOptions):
-    """The flags of every step run from an argument list (``runtime.context.split_argv``), known to Beam
-    so that it does not warn that it discards them. A step's own flags class lists PipelineOptions as
-    a direct base too: Beam collects the options it knows from PipelineOptions' direct subclasses only."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser) -> None:
-        add_common_flags(parser)
 
 
 def pipeline_options(beam_args: list[str] | None, threads: bool = False) -> PipelineOptions:

@@ -23,8 +23,8 @@ from sqlalchemy import Engine, delete, insert, select
 
 from billing.calendar import zone_problem
 from pipelines.errors import UsageBillingError
-from pipelines.quota.remeter import account_rows, queue_account_changes
 from pipelines.warehouse.locks import step_lock
+from pipelines.warehouse.remeter import account_rows, queue_account_changes
 from schemas.catalog import Catalog
 from schemas.limits import MAX_ID_LENGTH, account_id_problem, date_problem
 from schemas.warehouse import Account

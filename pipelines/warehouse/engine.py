@@ -37,9 +37,11 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 from pipelines.errors import UsageBillingError
 from pipelines.runtime import faults
 from pipelines.warehouse import sqlite_files
-from pipelines.warehouse.locks import APPLICATION_NAME
 
 INSERT_BATCH_ROWS = 20_000
+
+
+APPLICATION_NAME = "usage-billing"  # what pg_stat_activity shows for the project's connections
 
 
 def as_date(value: object) -> dt.date:

@@ -43,8 +43,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pipelines.errors import UsageBillingError
 from pipelines.settings import lock_wait
-
-APPLICATION_NAME = "usage-billing"  # what pg_stat_activity shows for the project's connections
+from pipelines.warehouse.engine import APPLICATION_NAME, make_engine, require_schema
 
 POLL_SECONDS = 0.2
 
@@ -211,7 +210,6 @@ def _file_lock(database: Path, name: str, wait: float) -> Iterator[None]:
 @contextmanager
 def database_lock(database_url: str, name: str) -> Iterator[Fence]:
     """``step_lock`` on an engine of its own, for a step that opens its engines itself."""
-    from pipelines.warehouse.engine import make_engine, require_schema
 
     engine = make_engine(database_url)
     try:

@@ -21,10 +21,10 @@ from sqlalchemy import func, select
 from pipelines import lake
 from pipelines.ingest import events as ingest
 from pipelines.quota import meter, store
-from pipelines.quota.remeter import stale_dates
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
+from pipelines.warehouse.remeter import stale_dates
 from schemas.catalog import load_catalog
 from schemas.warehouse import BillableUsage, PoolUsage
 from tests.conftest import close_month, meter_changed
@@ -677,7 +677,7 @@ def test_an_identical_reload_or_a_change_on_days_without_usage_queues_nothing(tm
 def test_changed_span_finds_where_two_versions_of_an_accounts_rows_bill_differently():
     from types import SimpleNamespace as Row
 
-    from pipelines.quota.remeter import changed_span
+    from pipelines.warehouse.remeter import changed_span
 
     d = dt.date
     one = [Row(plan="plus", timezone="UTC", active_from=d(2026, 1, 1), active_until=None)]

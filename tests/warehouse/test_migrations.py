@@ -164,7 +164,7 @@ def test_db_upgrade_names_the_space_a_rebuild_freed_and_db_vacuum_returns_it(cap
             rows,
         )
     engine.dispose()
-    monkeypatch.setattr("pipelines.cli.FREE_HINT_BYTES", 1)
+    monkeypatch.setattr("pipelines.warehouse.commands.FREE_HINT_BYTES", 1)
     url = f"sqlite:///{db}"
 
     assert main(["--database-url", url, "db", "upgrade"]) == 0
