@@ -5,13 +5,10 @@ Every user mistake ends with one line on stderr and a non-zero exit, never a tra
 
 from __future__ import annotations
 
-import atexit
-import os
 import sys
 from typing import Annotated
 
 import typer
-from typer._click import exceptions as click_errors
 
 from pipelines.adoption.commands import retirement_app
 from pipelines.effectiveness.commands import effectiveness_app
@@ -20,6 +17,7 @@ from pipelines.ingest.commands import dq_app, events_app
 from pipelines.invoicing.commands import invoices_app
 from pipelines.jobs.commands import jobs_app
 from pipelines.quota.commands import quota_app
+from pipelines.runtime import compat
 from pipelines.runtime.console import err, out
 from pipelines.runtime.logs import quiet
 from pipelines.runtime.startup import defer_collection_until_work, tune_allocator
@@ -102,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(exc, "exit_code", 2)
     except typer.Exit as exc:
         return exc.exit_code
-    except click_errors.ClickException as exc:  # a usage mistake the command-line library caught
+    except compat.ClickException as exc:  # a usage mistake the command-line library caught
         context = getattr(exc, "ctx", None)  # the usage errors carry the command they were found in
         where = context.command_path if context else "usage-billing"
         message = " ".join(exc.format_message().split())
@@ -163,10 +161,7 @@ def run() -> None:
     code = main()
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    compat.exit_now(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -120,6 +120,7 @@ PIPELINE_LAYERS = (
     (
         "pipelines.errors",
         "pipelines.settings",
+        "pipelines.runtime.compat",
         "pipelines.runtime.dates",
         "pipelines.runtime.faults",
         "pipelines.runtime.logs",

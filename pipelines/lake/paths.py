@@ -14,7 +14,6 @@ import functools
 import json
 import os
 import posixpath
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.errors import UsageBillingError
+from pipelines.runtime import compat
 
 EVENTS = "events"
 OUTCOMES = "outcomes"
@@ -112,52 +112,10 @@ def filesystem_values(options) -> dict[str, object]:
     return {k: v for k, v in given.items() if k in names and v is not None}
 
 
-_S3_CLIENTS: dict[tuple, object] = {}
-_S3_LOCK = threading.Lock()
-
-
 def set_filesystem_options(options) -> None:
-    """``FileSystems.set_options``, and S3 clients made anew for them (see ``_share_s3_clients``)."""
+    """``FileSystems.set_options``, and S3 clients made anew for them (``compat.share_s3_clients``)."""
     FileSystems.set_options(options)
-    with _S3_LOCK:
-        _S3_CLIENTS.clear()
-    _share_s3_clients()
-
-
-def _share_s3_clients() -> None:
-    """Beam's S3 file system builds a boto3 session and client for every operation (each loads
-    botocore's endpoint tables: about 50 ms, more than most listings take). Share one client per set of
-    S3 options instead; boto3 clients are thread-safe. A no-op without Beam's AWS extra."""
-    try:
-        from apache_beam.io.aws import s3io
-        from apache_beam.io.aws.clients.s3 import boto3_client
-        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
-    except ImportError:
-        return
-    if getattr(s3io, "_shared_clients", False):
-        return
-
-    def client(options):
-        if options is None:  # a worker process no one gave options: boto3's own (the AWS_* environment)
-            options = {}
-        if isinstance(options, PipelineOptions):
-            key = tuple(
-                sorted(options.view_as(S3Options).get_all_options(retain_unknown_options=False).items())
-            )
-        else:
-            key = tuple(sorted((k, str(v)) for k, v in dict(options).items()))
-        key = tuple((k, str(v)) for k, v in key if k.startswith("s3_"))
-        with _S3_LOCK:
-            made = _S3_CLIENTS.get(key)
-            if made is None:
-                made = _S3_CLIENTS[key] = boto3_client.Client(options=options)
-        return made
-
-    class _Shared:
-        Client = staticmethod(lambda options: client(options))
-
-    s3io.boto3_client = _Shared  # type: ignore[assignment]  # Beam's module attribute, replaced on purpose
-    s3io._shared_clients = True  # type: ignore[attr-defined]  # our mark that it was replaced
+    compat.share_s3_clients(fresh=True)
 
 
 _REACHED: set[tuple[str, int]] = set()
@@ -173,9 +131,9 @@ def check_reachable(root: str) -> None:
         return
     from apache_beam.io.aws import s3io
 
-    _share_s3_clients()
+    compat.share_s3_clients()
     bucket = root[len("s3://") :].split("/", 1)[0]
-    client = s3io.boto3_client.Client(options=FileSystems._pipeline_options).client
+    client = s3io.boto3_client.Client(options=compat.filesystem_options()).client
     if (bucket, id(client)) in _REACHED:
         return
     import botocore.exceptions as boto

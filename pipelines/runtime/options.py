@@ -25,6 +25,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.lake.paths import set_filesystem_options
+from pipelines.runtime import compat
 from pipelines.runtime.startup import collect_from_here
 
 DEFAULT_RUNNER = "FnApiRunner"
@@ -87,9 +88,7 @@ def run_pipeline(options: PipelineOptions) -> Iterator:
     A user error raised in a DoFn comes out as that error whether the runner ran it on this thread or
     in a worker thread (which reports it as a RuntimeError with the traceback as text).
     """
-    from apache_beam.runners.worker import sdk_worker
-
-    sdk_worker.print = _harness_print  # type: ignore[attr-defined]  # module global shadows the builtin
+    compat.quiet_harness_tracebacks(_harness_print)
     pipeline = make_pipeline(options)
     collect_from_here()
     try:

@@ -1,0 +1,98 @@
+"""Every place this project reaches into a library's internals, each with the reason, in one module.
+
+``tests/runtime/test_compat.py`` checks each against the installed library: an upgrade that moves or
+renames what a patch relies on fails there, by name, rather than somewhere deep in a run.
+
+- ``share_s3_clients``: Beam's S3 file system makes a boto3 client per operation; one per set of
+  options is shared instead (replaces ``s3io.boto3_client``).
+- ``filesystem_options``: the options Beam's ``FileSystems`` were given (``FileSystems._pipeline_options``),
+  which its S3 client needs outside a pipeline.
+- ``quiet_harness_tracebacks``: Beam's SDK harness prints a failed bundle's traceback with the builtin
+  ``print``; a user error's is left to the command's one line (shadows ``sdk_worker.print``).
+- ``ClickException``: what Typer raises for a usage mistake (``typer._click``, Typer's vendored Click).
+- ``exit_now``: leave without the interpreter's teardown, exit handlers first (``atexit._run_exitfuncs``,
+  ``os._exit``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from typer._click.exceptions import ClickException
+
+__all__ = ["ClickException", "exit_now", "filesystem_options", "quiet_harness_tracebacks", "share_s3_clients"]
+
+
+_S3_CLIENTS: dict[tuple, object] = {}
+_S3_LOCK = threading.Lock()
+
+
+def share_s3_clients(fresh: bool = False) -> None:
+    """Beam's S3 file system builds a boto3 session and client for every operation (each loads
+    botocore's endpoint tables: about 50 ms, more than most listings take). Share one client per set of
+    S3 options instead; boto3 clients are thread-safe. ``fresh``: the options changed, so the clients
+    made so far are dropped. A no-op without Beam's AWS extra.
+
+    Replaces ``apache_beam.io.aws.s3io.boto3_client`` (the module attribute s3io makes its clients
+    with) by a factory of shared clients."""
+    if fresh:
+        with _S3_LOCK:
+            _S3_CLIENTS.clear()
+    try:
+        from apache_beam.io.aws import s3io
+        from apache_beam.io.aws.clients.s3 import boto3_client
+        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+    except ImportError:
+        return
+    if getattr(s3io, "_shared_clients", False):
+        return
+
+    def client(options):
+        if options is None:  # a worker process no one gave options: boto3's own (the AWS_* environment)
+            options = {}
+        if isinstance(options, PipelineOptions):
+            key = tuple(
+                sorted(options.view_as(S3Options).get_all_options(retain_unknown_options=False).items())
+            )
+        else:
+            key = tuple(sorted((k, str(v)) for k, v in dict(options).items()))
+        key = tuple((k, str(v)) for k, v in key if k.startswith("s3_"))
+        with _S3_LOCK:
+            made = _S3_CLIENTS.get(key)
+            if made is None:
+                made = _S3_CLIENTS[key] = boto3_client.Client(options=options)
+        return made
+
+    class _Shared:
+        Client = staticmethod(lambda options: client(options))
+
+    s3io.boto3_client = _Shared  # type: ignore[assignment]  # Beam's module attribute, replaced on purpose
+    s3io._shared_clients = True  # type: ignore[attr-defined]  # our mark that it was replaced
+
+
+def filesystem_options() -> Any:
+    """The options Beam's file systems were last given (``FileSystems.set_options``), or None."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems._pipeline_options
+
+
+def quiet_harness_tracebacks(print_function: Callable[..., None]) -> None:
+    """Beam's SDK harness prints through ``print_function`` (it looks ``print`` up as a module global
+    first, then as the builtin)."""
+    from apache_beam.runners.worker import sdk_worker
+
+    sdk_worker.print = print_function  # type: ignore[attr-defined]  # module global shadows the builtin
+
+
+def exit_now(code: int) -> None:
+    """Run the exit handlers, flush, and leave the process without the interpreter's teardown."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
