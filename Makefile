@@ -42,12 +42,12 @@ lint: venv
 
 test: venv lint
 	@$(AS_ROOT_SYSTEM_DEPS)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The inner loop: every test not marked slow (each well under 5 s; the end-to-end runs are marked slow).
 test-fast: venv lint
 	@$(AS_ROOT_SYSTEM_DEPS)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 # Re-resolve the pins in a throwaway environment (needs the package registry).
 constraints:

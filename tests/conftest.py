@@ -308,8 +308,9 @@ def meter_changed(settings: Settings, utc_dates: list[dt.date]) -> list[str]:
 
 
 # The test files that run the whole system end to end, longest first. ``make test`` hands whole files
-# to two workers (``--dist loadfile``) in collection order: starting with these lets the many short
-# files fill in around them instead of one worker running the longest file alone at the end.
+# to two workers in collection order (``--dist loadfile --no-loadscope-reorder``; xdist would otherwise
+# start with the files holding the most tests): starting with these lets the many short files fill in
+# around them instead of one worker running the longest file alone at the end.
 LONGEST_FIRST = (
     "tests/jobs/test_first_contact.py",
     "tests/jobs/test_production_profile.py",
