@@ -133,7 +133,8 @@ def quality_gate(context: RunContext, state: DayState) -> DayState:
 
 def aggregate(context: RunContext, state: DayState) -> DayState:
     """Aggregate the dates the gate let through, one pipeline run per run of consecutive days."""
-    runnable = [d for d in state.todo if d not in set(state.billing_blocked)]
+    blocked = set(state.billing_blocked)
+    runnable = [d for d in state.todo if d not in blocked]
     for run_dates in contiguous(runnable):
         aggregate_stage.run(context, run_dates)
     return dataclasses.replace(state, aggregated=tuple(runnable))

@@ -34,8 +34,9 @@ def settings() -> Settings:
 
 @contextlib.contextmanager
 def context() -> Iterator[RunContext]:
-    """The task's runtime context: its settings and ``USAGE_BILLING_BEAM_ARGS``."""
-    with RunContext.open(settings()) as opened:
+    """The task's runtime context: its settings and ``USAGE_BILLING_BEAM_ARGS`` (whose file-system flags
+    ``RunContext.open`` gives the lake access)."""
+    with RunContext.open(Settings.from_env()) as opened:
         yield opened
 
 
@@ -68,13 +69,12 @@ def daily_step(name: str, state: dict[str, Any] | None, day: str | None = None) 
 def monthly_step(name: str, state: dict[str, Any] | str) -> dict[str, Any]:
     """Run the monthly chain's step ``name`` on ``state`` (or a month, for the first step); the export
     step writes under ``USAGE_BILLING_EXPORTS``/<month>."""
-    start = MonthState.from_json(state) if isinstance(state, dict) else _month_state(state)
     with context() as ctx:
+        if isinstance(state, dict):
+            start = MonthState.from_json(state)
+        else:
+            start = MonthState(month=state, exports=str(Path(ctx.settings.exports) / state))
         return run_chain([step_named(MONTHLY, name)], ctx, start).to_json()
-
-
-def _month_state(month: str) -> MonthState:
-    return MonthState(month=month, exports=str(Path(settings().exports) / month))
 
 
 def previous_month(day: dt.date) -> str:
