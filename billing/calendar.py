@@ -9,6 +9,7 @@ period functions are already local; a week is ISO (it starts on Monday).
 from __future__ import annotations
 
 import datetime as dt
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import pyarrow as pa
@@ -102,8 +103,6 @@ def zone_problem(zone: str) -> str | None:
     use it, Python's zoneinfo (documents, plan periods) and Arrow's tz database (metering) alike, and
     both must agree on its offsets (``posix/...`` and ``right/...`` names pass the first and not the
     second; ``right/`` zones count leap seconds)."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     if not zone or zone != zone.strip() or "\x00" in zone:
         return "is not an IANA name"
     try:

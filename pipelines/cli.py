@@ -5,10 +5,13 @@ Every user mistake ends with one line on stderr and a non-zero exit, never a tra
 
 from __future__ import annotations
 
+import sqlite3
 import sys
+from importlib.metadata import version
 from typing import Annotated
 
 import typer
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from pipelines.adoption.commands import retirement_app
 from pipelines.effectiveness.commands import effectiveness_app
@@ -23,6 +26,7 @@ from pipelines.runtime.logs import quiet
 from pipelines.runtime.startup import defer_collection_until_work, tune_allocator
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING, Settings
 from pipelines.usage.commands import usage_app
+from pipelines.warehouse import sqlite_files
 from pipelines.warehouse.commands import accounts_app, db_app, lake_app
 from schemas.catalog import CatalogError
 
@@ -47,8 +51,6 @@ app.registered_commands += jobs_app.registered_commands  # run-day and demo: top
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
-
         out.print(f"usage-billing {version('usage-billing')}")
         raise typer.Exit(0)
 
@@ -80,16 +82,11 @@ def global_options(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns user errors into one line on stderr."""
-    import sqlite3
-
-    import psycopg
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
-    from pipelines.warehouse import sqlite_files
+    import psycopg  # lazy: psycopg
 
     quiet()  # before Beam is imported: its import logs a warning about Google Cloud clients
     sqlite_files.forget()  # only the files this command opens count
-    from pipelines.lake.paths import use_filesystem_options
+    from pipelines.lake.paths import use_filesystem_options  # lazy: apache_beam
 
     args = sys.argv[1:] if argv is None else argv
     try:

@@ -8,6 +8,7 @@ own two variables).
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +34,8 @@ class Settings:
     beam_args: tuple[str, ...] = ()  # Beam flags every pipeline of a DAG task runs with
     exports_root: str | None = None  # where the monthly DAG writes invoice exports (else beside the lake)
     reports_root: str | None = None  # where the weekly DAG writes retirement reports (else beside the lake)
+    lock_wait: float = 0.0  # seconds a step waits for a lock another run holds
+    dag_retries: int = 2  # how often an Airflow task is retried
 
     @classmethod
     def from_env(cls, **overrides: str | None) -> Settings:
@@ -49,6 +52,8 @@ class Settings:
             beam_args=_shell_words("USAGE_BILLING_BEAM_ARGS"),
             exports_root=os.environ.get("USAGE_BILLING_EXPORTS"),
             reports_root=os.environ.get("USAGE_BILLING_REPORTS"),
+            lock_wait=_at_least_zero("USAGE_BILLING_LOCK_WAIT", "0", float, "a number of seconds"),
+            dag_retries=_at_least_zero("USAGE_BILLING_DAG_RETRIES", "2", int, "a whole number"),
         )
 
     @property
@@ -63,7 +68,7 @@ class Settings:
 
     @cached_property
     def catalog(self) -> Catalog:
-        from schemas.catalog import load_catalog
+        from schemas.catalog import load_catalog  # lazy: pydantic (the DAG files import this module)
 
         return load_catalog(self.config)
 
@@ -85,22 +90,10 @@ def _shell_words(name: str) -> tuple[str, ...]:
     """Beam flags for every pipeline a DAG task runs, and the lake's file-system flags for its other
     lake access: ``USAGE_BILLING_BEAM_ARGS`` as shell words (``--runner=... --dask_client_address=...``),
     what the command line takes after ``--``."""
-    import shlex
-
     try:
         return tuple(shlex.split(os.environ.get(name, "")))
     except ValueError as exc:
         raise UsageBillingError(f"{name} is not shell words: {exc}") from None
-
-
-def lock_wait() -> float:
-    """Seconds a step waits for a lock another run holds (``USAGE_BILLING_LOCK_WAIT``, default 0)."""
-    return _at_least_zero("USAGE_BILLING_LOCK_WAIT", "0", float, "a number of seconds")
-
-
-def dag_retries() -> int:
-    """How often an Airflow task is retried (``USAGE_BILLING_DAG_RETRIES``, default 2; the tests set 0)."""
-    return _at_least_zero("USAGE_BILLING_DAG_RETRIES", "2", int, "a whole number")
 
 
 def _at_least_zero(name: str, default: str, kind: type[int] | type[float], what: str):

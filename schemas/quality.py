@@ -172,8 +172,8 @@ def outcome_checks() -> list[Check]:
 
 def build_suite(checks: list[Check], name: str = SUITE_NAME):  # type: ignore[no-untyped-def]  # GX's suite, imported here
     """The GX ExpectationSuite for ``checks`` (GX is imported here: it takes seconds to import)."""
-    import great_expectations as gx
-    from great_expectations.expectations.metadata_types import FailureSeverity
+    import great_expectations as gx  # lazy: great_expectations
+    from great_expectations.expectations.metadata_types import FailureSeverity  # lazy: great_expectations
 
     suite = gx.ExpectationSuite(name=name)
     for check in checks:

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import main
+from pipelines.runtime.context import RunContext
+from pipelines.settings import Settings
+from pipelines.warehouse.locks import lock_wait
 from tests.conftest import CATALOG_PATH, ROOT
 
 
@@ -369,3 +372,19 @@ def test_output_into_a_file_is_not_wrapped(tmp_path):
     )
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and len(proc.stderr) > 200
+
+
+def test_numbers_from_the_environment_are_read_once_into_the_settings(capsys, monkeypatch, sqlite_settings):
+    """USAGE_BILLING_LOCK_WAIT reaches every step lock through the settings and the engine made from
+    them; a value that is not a number is one line naming the variable."""
+    monkeypatch.setenv("USAGE_BILLING_LOCK_WAIT", "7.5")
+    monkeypatch.setenv("USAGE_BILLING_DAG_RETRIES", "-3")
+    settings = Settings.from_env(database_url=sqlite_settings.database_url, config=sqlite_settings.config)
+    assert (settings.lock_wait, settings.dag_retries) == (7.5, 0)
+    monkeypatch.setenv("USAGE_BILLING_LOCK_WAIT", "0")  # read once: a later change does not reach it
+    with RunContext.open(settings, []) as context:
+        assert lock_wait(context.engine) == 7.5
+
+    monkeypatch.setenv("USAGE_BILLING_LOCK_WAIT", "soon")
+    code, _, err = _run(capsys, "--database-url", sqlite_settings.database_url, "db", "upgrade")
+    _one_line_error(code, err, "USAGE_BILLING_LOCK_WAIT must be a number of seconds, got 'soon'")

@@ -165,7 +165,7 @@ def test_layers_inside_pipelines_import_only_downwards():
         for target in _imports(name, tree, set(modules), top_level_only=False)
         if target.startswith("pipelines") and _layer(target) > _layer(name)
     )
-    assert wrong == []
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_no_import_cycle_counting_imports_inside_functions():
@@ -187,3 +187,100 @@ def test_no_import_cycle_counting_imports_inside_functions():
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
+
+
+# An import inside a function is only for a heavy dependency that the importing module would otherwise
+# load for every command that touches it, and says which: ``# lazy: apache_beam``.
+HEAVY = {
+    *("apache_beam", "boto3", "botocore", "dask", "distributed"),
+    *("great_expectations", "pandas", "psycopg", "weasyprint"),
+    "pydantic",  # the catalog's models: not while Airflow parses the DAG files
+}
+# What a library module loads besides its own package (the optional extras behind it).
+LIBRARY_LOADS = {
+    "apache_beam.io.aws": {"boto3", "botocore"},
+    "apache_beam.runners.dask": {"dask", "distributed"},
+}
+
+
+def _module_level(tree: ast.Module) -> list[ast.AST]:
+    """The statements Python runs when it imports the module: not function bodies, not TYPE_CHECKING."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _loaded_at_import(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """For each module, every top-level package Python loads when it is imported (its module-level
+    imports, the packages' ``__init__`` on the way, and theirs, transitively)."""
+
+    def direct(name: str) -> set[str]:
+        found: set[str] = set()
+        parts = name.split(".")
+        found |= {".".join(parts[:i]) for i in range(1, len(parts))}  # the packages holding it
+        for node in _module_level(modules[name]):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [m for m in subs if m in modules] or [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for target in targets:
+                bits = target.split(".")
+                found |= {".".join(bits[:i]) for i in range(1, len(bits) + 1)}
+        return {m for m in found if m in modules or m.split(".")[0] not in PACKAGES}
+
+    edges = {name: direct(name) for name in modules}
+    out: dict[str, set[str]] = {}
+    for name in modules:
+        seen, todo = set(), [name]
+        while todo:
+            for nxt in edges.get(todo.pop(), set()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        out[name] = {m.split(".")[0] for m in seen}
+    return out
+
+
+def test_imports_inside_functions_only_defer_a_heavy_dependency_and_say_which():
+    modules = _modules()
+    loaded = _loaded_at_import(modules)
+    wrong = []
+    for name, tree in modules.items():
+        path = ROOT / name.replace(".", "/")
+        source = (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_text().splitlines()
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in _runtime_nodes(function):
+                if not isinstance(node, ast.Import | ast.ImportFrom) or node is function:
+                    continue
+                target = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                said = re.search(r"# lazy: (\w+)", source[node.lineno - 1])
+                where = f"{name}:{node.lineno} imports {target}"
+                if not said or said.group(1) not in HEAVY:
+                    wrong.append(f"{where} inside a function without '# lazy: <heavy dependency>'")
+                    continue
+                heavy = said.group(1)
+                module = next((m for m in (f"{target}.{a.name}" for a in node.names) if m in modules), target)
+                if module in modules:
+                    reaches = loaded[module] | {module.split(".")[0]}
+                else:
+                    reaches = {target.split(".")[0]}.union(
+                        *(v for k, v in LIBRARY_LOADS.items() if target == k or target.startswith(f"{k}."))
+                    )
+                if heavy not in reaches:
+                    wrong.append(f"{where}: it does not load {heavy}")
+                elif heavy in loaded[name]:
+                    wrong.append(f"{where}: {name} loads {heavy} anyway, import it at the top")
+    assert wrong == [], "\n".join(wrong)

@@ -13,8 +13,11 @@ import pyarrow.compute as pc
 from sqlalchemy import Engine, func, select
 
 from billing.calendar import monday
+from billing.invoices import month_bounds
 from billing.plan import own_pool_models
+from billing.pricing import price_in_force
 from pipelines.adoption import weekly as adoption
+from pipelines.quota.show import backup_tank
 from pipelines.runtime.outputs import atomic, neutralize_value
 from pipelines.warehouse.engine import as_date, read_arrow
 from schemas.catalog import Catalog
@@ -174,8 +177,6 @@ def backup_facts(
     pool had run out, and per week how many of its accounts ran their main pool out."""
     if lake_root is None or model not in own_pool_models(catalog):
         return None
-    from pipelines.quota.show import backup_tank
-
     recent = weeks[-CONTACT_WEEKS:]
     weekly = backup_tank(engine, lake_root, catalog, model, since=recent[0] - dt.timedelta(days=1))
     weekly = weekly.filter(pc.is_in(weekly["week_start"], value_set=pa.array(recent, pa.date32())))
@@ -282,9 +283,6 @@ def unpriced_tiers(catalog: Catalog, successor: str | None, preview: dict) -> li
     the month (the preview prices only tiers in force on every day)."""
     if successor is None or preview.get("error"):
         return []
-    from billing.invoices import month_bounds
-    from billing.pricing import price_in_force
-
     first, last = month_bounds(preview["month"])
     out = []
     for tier in catalog.tier_ids:

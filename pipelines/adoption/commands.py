@@ -14,6 +14,7 @@ from pipelines.runtime.console import (
     step,
     warehouse_of,
 )
+from pipelines.runtime.dates import parse_date
 from pipelines.runtime.outputs import output_folder
 
 retirement_app = typer.Typer(no_args_is_help=False, help="Adoption analytics and retirement reports.")
@@ -26,9 +27,7 @@ def retirement_report(
     out_dir: OutOpt,
 ) -> None:
     """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
-    from pipelines.adoption.retirement import run as report
-    from pipelines.runtime.dates import parse_date
-
+    from pipelines.adoption.retirement import run as report  # lazy: apache_beam
     s = lake_settings(ctx)
     day = parse_date(as_of, "--as-of")
     folder = output_folder(out_dir, s.lake, s.landing, create=False)
@@ -62,8 +61,8 @@ def retirement_preview(
 ) -> None:
     """What each account would pay for the month if its use of the model had been on the successor
     (preview.csv, preview.json, preview.md). Writes nothing to the warehouse or the lake."""
-    from pipelines.adoption.preview import preview
-    from pipelines.adoption.preview_files import line, write
+    from pipelines.adoption.preview import preview  # lazy: apache_beam
+    from pipelines.adoption.preview_files import line, write  # lazy: apache_beam
 
     s = lake_settings(ctx)
     target = output_folder(out_dir, s.lake, s.landing, create=False)

@@ -39,6 +39,9 @@ from pipelines.adoption.preview_input import AccountZones, plan_rows, read_event
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing.months import check_month
 from pipelines.quota.checks import check_allocation
+from pipelines.warehouse.accounts import load_accounts_table
+from pipelines.warehouse.binding import require_lake
+from pipelines.warehouse.gate import held_back
 from schemas import tokens
 from schemas.catalog import Catalog
 from schemas.events import utc_date
@@ -251,10 +254,6 @@ def preview(
     tier: str = ALL,
 ) -> PreviewResult:
     """The migration preview of ``model`` in ``month`` (see the module's docstring). Reads only."""
-    from pipelines.warehouse.accounts import load_accounts_table
-    from pipelines.warehouse.binding import require_lake
-    from pipelines.warehouse.gate import held_back
-
     request = resolve(catalog, model, month, successor, tier)
     require_lake(engine, lake_root, "retirement preview", bind=False)
     accounts = load_accounts_table(engine)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipelines.adoption.detect import decide
+
 SCENARIOS = (
     "decline_3pct",
     "decline_5pct",
@@ -70,8 +72,6 @@ def simulate(scenario: str, rng: np.random.Generator, weeks: int = 13, base: flo
 def run_detector(models: dict[str, Simulated], cfg) -> dict[str, bool]:
     """Flag models as the weekly report does: detected on the last ``cfg.weeks`` weeks and on the
     window one week earlier (the previous run), failed weeks left out. Returns model -> flagged."""
-    from pipelines.adoption.detect import decide
-
     def window(sim: Simulated, end: int) -> dict:
         idx = np.arange(end - cfg.weeks, end)
         keep = idx[~sim.dq_failed[idx]]

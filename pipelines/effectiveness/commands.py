@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated
 
 import typer
 
+from billing.effectiveness import complete_weeks
+from pipelines.effectiveness.figures import sentence
+from pipelines.errors import UsageBillingError
 from pipelines.runtime.console import (
     BEAM,
     DateOpt,
@@ -17,7 +21,7 @@ from pipelines.runtime.console import (
     step,
 )
 from pipelines.runtime.context import RunContext, split_argv
-from pipelines.runtime.dates import date_range
+from pipelines.runtime.dates import date_range, parse_date
 from pipelines.runtime.outputs import output_folder
 
 effectiveness_app = typer.Typer(
@@ -31,7 +35,7 @@ def effectiveness_compute(
 ) -> None:
     """Join task outcomes to their requests and store the ISO weeks touching the dates in
     task_effectiveness (without a date: the weeks that changed since they were computed)."""
-    from pipelines.effectiveness import pipeline
+    from pipelines.effectiveness import pipeline  # lazy: apache_beam
 
     s = settings_of(ctx)
     dates = date_range(date, start, end) if (date or start or end) else None
@@ -53,14 +57,8 @@ def effectiveness_report(
 ) -> None:
     """effectiveness.json, .md and .html over the complete ISO weeks from --from to --to (weeks that
     changed or were never computed are computed first)."""
-    import datetime as dt
 
-    from billing.effectiveness import complete_weeks
-    from pipelines.effectiveness import pipeline, report
-    from pipelines.effectiveness.figures import sentence
-    from pipelines.errors import UsageBillingError
-    from pipelines.runtime.dates import parse_date
-
+    from pipelines.effectiveness import pipeline, report  # lazy: apache_beam
     s = settings_of(ctx)
     first, last = parse_date(start, "--from date"), parse_date(end, "--to date")
     if last < first:

@@ -20,7 +20,7 @@ from pipelines.runtime.console import (
     warehouse_of,
 )
 from pipelines.runtime.context import RunContext, split_argv
-from pipelines.runtime.dates import date_range
+from pipelines.runtime.dates import date_range, date_ranges, parse_date
 
 events_app = typer.Typer(no_args_is_help=False, help="Usage events: generate and ingest.")
 
@@ -31,8 +31,8 @@ dq_app = typer.Typer(no_args_is_help=False, help="Data-quality gate on clean lak
 @events_app.command("ingest", context_settings=BEAM)
 def events_ingest(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
     """Validate, deduplicate and store landing files in the lake (Beam flags after --)."""
-    from pipelines.ingest import events as ingest
-    from pipelines.ingest.options import IngestFlags, IngestOptions
+    from pipelines.ingest import events as ingest  # lazy: apache_beam
+    from pipelines.ingest.options import IngestFlags, IngestOptions  # lazy: apache_beam
 
     s = settings_of(ctx)
     dates = date_range(date, start, end)
@@ -73,16 +73,14 @@ def print_ingest(result) -> None:
 @dq_app.command("check", context_settings=LAKE)
 def dq_check(ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None) -> None:
     """Run the data-quality suite on committed partitions; store and render the results."""
-    from pipelines.ingest import quality
-    from pipelines.ingest.quality_pages import html_path, index_path
+    from pipelines.ingest import quality  # lazy: apache_beam
+    from pipelines.ingest.quality_pages import html_path, index_path  # lazy: apache_beam
 
     s = lake_settings(ctx)
     dates = date_range(date, start, end)
     engine = warehouse_of(ctx)
     with step("checking data quality"):
         reports = quality.check_partitions(engine, s.lake, s.catalog, dates, "dq-check")
-    from pipelines.runtime.dates import date_ranges
-
     passed = [r.day for r in reports if not r.failed_errors]
     if passed:
         rows = sum(r.rows for r in reports if not r.failed_errors)
@@ -104,9 +102,7 @@ def dq_accept(
     reason: Annotated[str, typer.Option("--reason", help="why the data is good enough anyway")],
 ) -> None:
     """Accept a failed data-quality gate for one date (recorded with who, when and why)."""
-    from pipelines.ingest import quality
-    from pipelines.runtime.dates import parse_date
-
+    from pipelines.ingest import quality  # lazy: apache_beam
     s = lake_settings(ctx)
     engine = warehouse_of(ctx)
     checks = quality.accept_and_render(engine, s.lake, parse_date(date), reason)

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, delete, insert
 
 from pipelines import lake
 from pipelines.errors import DataQualityError
+from pipelines.ingest.datasets import OUTCOMES
 from pipelines.ingest.readers import source_name
 from pipelines.ingest.stats import new_stats
 from pipelines.ingest.units import (
@@ -162,8 +163,6 @@ def stats_file(stage_root: str, landing: str, dataset=None) -> str:
 def collect(run_id: str, stage: str, dates: list[dt.date]) -> IngestResult:
     """The run's counts per landing date (usage events; task outcomes where a date had any) and the
     partitions it staged."""
-    from pipelines.ingest.datasets import OUTCOMES
-
     stats, outcome_stats = {}, {}
     for day in dates:
         path = stats_file(stage, day.isoformat())

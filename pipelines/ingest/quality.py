@@ -26,6 +26,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from pipelines import lake
 from pipelines.errors import DataQualityError, UsageBillingError
+from pipelines.ingest import quality_pages
 from pipelines.ingest.quality_gx import (
     BATCH_ROWS,
     DEFAULT_VOLUME_FACTOR,
@@ -39,11 +40,15 @@ from pipelines.ingest.quality_gx import (
     footer_rows,
     history,
 )
+from pipelines.ingest.quality_pages import html_path
 from pipelines.runtime import faults
 from pipelines.runtime.logs import quiet
+from pipelines.warehouse.binding import require_lake
 from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
+from schemas.events import EVENT_SCHEMA
+from schemas.outcomes import OUTCOME_LAKE_SCHEMA
 from schemas.warehouse import DqAcceptance, DqResult
 
 __all__ = ["CheckOutcome", "Gate", "PartitionReport", "accept", "check_partitions", "require_passed"]
@@ -115,9 +120,6 @@ def _read(batch: list[tuple[Part, list[str]]], outcomes: bool = False) -> pa.Tab
     """The batch's partitions one after the other: one scan of all their files (Arrow reads them in
     parallel, in the order given), checked to hold each partition's rows where ``parts`` say; else
     partition by partition."""
-    from schemas.events import EVENT_SCHEMA
-    from schemas.outcomes import OUTCOME_LAKE_SCHEMA
-
     schema, columns, time = (
         (OUTCOME_LAKE_SCHEMA, list(OUTCOME_ROW_COLUMNS), "completed_at")
         if outcomes
@@ -145,8 +147,6 @@ def check_partitions(
 
     Many rows (a backfill, the demo) are split between worker processes, one GX context each.
     """
-    from pipelines.warehouse.binding import require_lake
-
     require_lake(engine, lake_root, "dq check")
     with step_lock(engine, DQ_LOCK):
         return _check(engine, lake_root, catalog, dates, run_id, factor, weeks)
@@ -157,8 +157,6 @@ MAX_REASON = 1000  # dq_acceptances.reason is VARCHAR(1000)
 
 
 def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str, factor: float, weeks: int):
-    from pipelines.ingest import quality_pages
-
     batches = _batches(lake_root, sorted(set(dates)), weeks)
     rows = sum(part.rows for batch in batches for part, _ in batch)
     workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(batches)) if rows >= PARALLEL_MIN_ROWS else 1
@@ -304,8 +302,6 @@ def accept_and_render(
     engine: Engine, lake_root: str, day: dt.date, reason: str, who: str | None = None
 ) -> list[str]:
     """``accept``, then the date's page and the index say so (from what is stored)."""
-    from pipelines.ingest import quality_pages
-
     checks = accept(engine, day, reason, who)
     quality_pages.render_stored(engine, lake_root, day)
     return checks
@@ -320,8 +316,6 @@ def _operator() -> str:
 
 def require_passed(reports: list[PartitionReport], lake_root: str) -> None:
     """Raise one clear error naming every blocked date, its failed checks and how to proceed."""
-    from pipelines.ingest.quality_pages import html_path
-
     blocked = [r for r in reports if r.blocked]
     if not blocked:
         return

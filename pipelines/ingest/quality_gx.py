@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines import lake
+from pipelines.settings import quiet_great_expectations
 from schemas.catalog import Catalog
 from schemas.events import REQUIRED_FIELDS, TOKEN_FIELDS
 from schemas.limits import MAX_TOKENS_LIMIT
@@ -137,11 +138,9 @@ class Gate:
     def __init__(
         self, catalog: Catalog, factor: float = DEFAULT_VOLUME_FACTOR, outcomes: bool = False
     ) -> None:
-        from pipelines.settings import quiet_great_expectations
-
         quiet_great_expectations()
-        import great_expectations as gx
-        from great_expectations.data_context.types.base import ProgressBarsConfig
+        import great_expectations as gx  # lazy: great_expectations
+        from great_expectations.data_context.types.base import ProgressBarsConfig  # lazy: great_expectations
 
         self.factor = factor
         self.suite = OUTCOME_SUITE_NAME if outcomes else SUITE_NAME
@@ -249,7 +248,7 @@ class Gate:
         return out
 
     def _profile_outcomes(self, table: pa.Table, parts: list[Part]) -> dict[str, list[CheckOutcome]]:
-        import pandas as pd
+        import pandas as pd  # lazy: pandas
 
         ends = np.cumsum([p.rows for p in parts])
         starts = ends - np.array([p.rows for p in parts])

@@ -15,6 +15,7 @@ did not take plus the replayed rows that fail again; the run is a row of ``inges
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -47,8 +48,6 @@ def _matches(reasons: pa.ChunkedArray, reason: str | None) -> pa.ChunkedArray:
 
 def _write(path: str, data: bytes) -> None:
     if lake.is_local(path):
-        import os
-
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
             handle.write(data)

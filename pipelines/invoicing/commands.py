@@ -16,6 +16,7 @@ from pipelines.runtime.console import (
     step,
     warehouse_of,
 )
+from pipelines.warehouse.unknown import describe
 
 invoices_app = typer.Typer(no_args_is_help=False, help="Invoices: draft, finalize, void, export.")
 
@@ -30,7 +31,7 @@ def invoices_draft(
     ] = False,
 ) -> None:
     """(Re)build the month's draft invoices and adjustments; finalized documents are never touched."""
-    from pipelines.invoicing.documents import draft
+    from pipelines.invoicing.documents import draft  # lazy: apache_beam
 
     with step(f"drafting invoices for {month}"):
         r = draft(warehouse_of(ctx), settings_of(ctx).catalog, month, open_month=open_month)
@@ -40,8 +41,6 @@ def invoices_draft(
         + ("; OPEN MONTH: these drafts are marked open_month and cannot be finalized" if r.open_month else "")
     )
     if r.unknown:
-        from pipelines.warehouse.unknown import describe
-
         unknown = describe(list(r.unknown), settings_of(ctx).catalog.currency)
         out.print(
             f"{r.month}: drafts of {unknown}, billed at the rate card: the accounts table has never held "
@@ -64,7 +63,7 @@ def invoices_finalize(
     ] = None,
 ) -> None:
     """Number the month's drafts (INV-YYYYMM-NNNNNN, gapless) and freeze them."""
-    from pipelines.invoicing.documents import finalize
+    from pipelines.invoicing.documents import finalize  # lazy: apache_beam
 
     r = finalize(warehouse_of(ctx), settings_of(ctx).catalog, month, accept_unknown)
     if r.finalized == 0:
@@ -80,7 +79,7 @@ def invoices_void(
     reason: Annotated[str, typer.Option("--reason", help="why (recorded on the invoice)")],
 ) -> None:
     """Void a finalized invoice; the next draft of its month bills the account afresh."""
-    from pipelines.invoicing.documents import void
+    from pipelines.invoicing.documents import void  # lazy: apache_beam
 
     account = void(warehouse_of(ctx), number, reason)
     out.print(f"voided {number} (account {account})")
@@ -98,7 +97,7 @@ def invoices_export(
     account: OptionalAccountOpt = None,
 ) -> None:
     """Write the month's numbered documents: CSV or Parquet for finance, HTML and PDF for customers."""
-    from pipelines.invoicing.export import export
+    from pipelines.invoicing.export import export  # lazy: apache_beam
 
     with step(f"exporting the documents of {month}"):
         s = settings_of(ctx)

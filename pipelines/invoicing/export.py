@@ -27,6 +27,7 @@ from billing.invoices import LINE_SCHEMA, PLAN_PERIOD_SCHEMA, charge_types, unit
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import customer
 from pipelines.invoicing.months import check_month
+from pipelines.invoicing.pdf import write_pdfs
 from pipelines.runtime.outputs import atomic, neutralize, output_folder, write_text
 from pipelines.warehouse.engine import read_arrow
 from schemas.lake import DOCUMENT_COLUMNS, EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
@@ -107,8 +108,6 @@ def export(
             if "html" in chosen:
                 pages = _written_as_html(pages, out / "html", counts)
             if "pdf" in chosen:
-                from pipelines.invoicing.pdf import write_pdfs
-
                 (out / "pdf").mkdir(exist_ok=True)
                 counts["pdf"] = write_pdfs((page, out / "pdf" / f"{number}.pdf") for number, page in pages)
             else:

@@ -23,7 +23,7 @@ CHUNK = 16
 
 def _weasyprint():
     try:
-        import weasyprint
+        import weasyprint  # lazy: weasyprint
     except OSError as exc:  # its system libraries are missing
         raise UsageBillingError(
             f"cannot draw PDFs: WeasyPrint's system libraries are missing ({exc}); "

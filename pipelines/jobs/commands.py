@@ -7,11 +7,13 @@ from typing import Annotated
 
 import typer
 
-from pipelines.errors import UsageBillingError
+from pipelines.errors import DataQualityError, UsageBillingError
 from pipelines.ingest.commands import events_app, print_ingest
+from pipelines.jobs.generate import GeneratorConfig, generate
+from pipelines.jobs.landing import write_landing
 from pipelines.runtime.console import BEAM, err, out, settings_of, step
 from pipelines.runtime.context import RunContext
-from pipelines.runtime.dates import parse_date
+from pipelines.runtime.dates import date_ranges, parse_date
 
 jobs_app = typer.Typer(no_args_is_help=False)
 
@@ -26,8 +28,7 @@ def run_day(
     ] = None,
 ) -> None:
     """Ingest one landing date, gate it on data quality, aggregate and meter it and what it changed."""
-    from pipelines.errors import DataQualityError
-    from pipelines.jobs.run_day import run_day as run_chain
+    from pipelines.jobs.run_day import run_day as run_chain  # lazy: apache_beam
 
     s = settings_of(ctx)
     day = parse_date(date, "--date")
@@ -56,7 +57,7 @@ def demo(
     seed: int = typer.Option(7),
 ) -> None:
     """Everything on generated data with the embedded defaults (SQLite, local lake, in-process Beam)."""
-    from pipelines.jobs.demo import run_demo
+    from pipelines.jobs.demo import run_demo  # lazy: apache_beam
 
     run_demo(
         settings_of(ctx),
@@ -83,10 +84,6 @@ def events_generate(
     fmt: str = typer.Option("mixed", "--format", help="mixed | parquet | jsonl"),
 ) -> None:
     """Write synthetic landing files and an accounts CSV for the scenario."""
-    from pipelines.jobs.generate import GeneratorConfig, generate
-    from pipelines.jobs.landing import write_landing
-    from pipelines.runtime.dates import parse_date
-
     s = settings_of(ctx)
     try:
         cfg = GeneratorConfig(
@@ -121,10 +118,8 @@ def events_replay(
     ] = None,
 ) -> None:
     """Ingest a landing date's quarantined rows again (their cause fixed), then aggregate and meter them."""
-    from pipelines.ingest import replay
-    from pipelines.jobs.run_day import run_day
-    from pipelines.runtime.dates import parse_date
-
+    from pipelines.ingest import replay  # lazy: apache_beam
+    from pipelines.jobs.run_day import run_day  # lazy: apache_beam
     s = settings_of(ctx)
     day = parse_date(date, "--date")
     status = step(f"replaying the quarantine of {day}", total=5)
@@ -147,8 +142,6 @@ def events_replay(
 
 def print_day(done) -> None:
     """What a run-day (or a replay) did: the ingest, the dates aggregated, the metering runs."""
-    from pipelines.runtime.dates import date_ranges
-
     print_ingest(done.ingested)
     out.print(f"aggregated {len(done.aggregated)} date(s): {date_ranges(done.aggregated) or 'none'}")
     if done.blocked:

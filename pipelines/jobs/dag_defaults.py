@@ -14,13 +14,13 @@ import datetime as dt
 import pendulum
 from airflow.sdk import Asset
 
-from pipelines.settings import dag_retries
+from pipelines.settings import Settings
 
 START = pendulum.datetime(2026, 2, 1, tz="UTC")
 TAGS = ["usage-billing"]
 DEFAULT_ARGS = {
     "owner": "data-platform",
-    "retries": dag_retries(),  # tests set 0
+    "retries": Settings.from_env().dag_retries,  # USAGE_BILLING_DAG_RETRIES; the tests set 0
     "retry_delay": dt.timedelta(minutes=5),
     "retry_exponential_backoff": True,
 }

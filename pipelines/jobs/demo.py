@@ -20,13 +20,20 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
+import migrations
 from pipelines import lake
+from pipelines.adoption.candidate import contacts_file
+from pipelines.adoption.html import preview_lines
+from pipelines.adoption.retirement import run as retirement_report
+from pipelines.effectiveness import report as effectiveness_report
 from pipelines.effectiveness.report import EffectivenessReport
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.options import IngestFlags
+from pipelines.ingest.quality_pages import index_path
 from pipelines.invoicing import documents as invoicing
+from pipelines.invoicing.export import export
 from pipelines.jobs import demo_summary as summary
 from pipelines.jobs.chain import DAILY, run_chain
 from pipelines.jobs.generate import GeneratorConfig, generate
@@ -35,7 +42,8 @@ from pipelines.jobs.steps import DayState
 from pipelines.runtime.context import RunContext, split_argv
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
-from pipelines.warehouse.engine import make_engine, redact, upgrade
+from pipelines.warehouse.engine import check_connection, make_engine, redact, sqlite_file, upgrade
+from schemas.warehouse import Invoice
 
 MARKER = ".usage-billing-demo"
 START = dt.date(2026, 2, 1)
@@ -63,8 +71,6 @@ def _reset_warehouse(settings: Settings) -> None:
     """Start the demo on a new warehouse: remove a SQLite file the demo made before (a marker file
     beside it says so); refuse one that holds anything else, and any server database that is
     already in use."""
-    from pipelines.warehouse.engine import sqlite_file
-
     engine = make_engine(settings.database_url)
     path = sqlite_file(engine)
     try:
@@ -88,9 +94,6 @@ def _reset_warehouse(settings: Settings) -> None:
 
 
 def _in_use(engine: Engine) -> bool:
-    import migrations
-    from pipelines.warehouse.engine import check_connection
-
     check_connection(engine)
     return migrations.current(engine) is not None
 
@@ -123,18 +126,11 @@ def run_demo(
     out: Console,
     err: Console,
 ) -> None:
-    from pipelines.adoption.candidate import contacts_file
-    from pipelines.adoption.html import preview_lines
-    from pipelines.adoption.retirement import run as retirement_report
-    from pipelines.effectiveness import report as effectiveness_report
-    from pipelines.ingest.quality_pages import index_path
-    from pipelines.invoicing.export import export
-
     began = time.perf_counter()
     catalog = settings.catalog
     cfg = GeneratorConfig(start=START, days=days, accounts=accounts, events_per_day=events_per_day, seed=seed)
     dates = [cfg.start + dt.timedelta(days=i) for i in range(days)]
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, settings.lock_wait)
     timings: dict[str, float] = {}
     progress = Progress(
         SpinnerColumn(),
@@ -287,9 +283,6 @@ def run_demo(
 
 def _largest_bill(engine, month: str) -> tuple[str, str] | None:
     """(account, invoice number) of the month's finalized invoice with the largest total."""
-    from sqlalchemy import select
-
-    from schemas.warehouse import Invoice
 
     i = Invoice.__table__.c
     with engine.connect() as conn:

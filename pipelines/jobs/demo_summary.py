@@ -8,16 +8,25 @@ import datetime as dt
 from collections import defaultdict
 from decimal import Decimal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, func, literal_column, select, text
 
+from billing.effectiveness import ALL_CLASSES
+from billing.plan import own_pool_models
 from pipelines import lake
+from pipelines.effectiveness.figures import ALL_TIERS, duration, sentence
 from pipelines.effectiveness.report import EffectivenessView
 from pipelines.ingest import events as ingest
+from pipelines.quota.explain import explain_event, render
+from pipelines.quota.show import as_utc
+from pipelines.quota.show import backup_tank as weekly_backup_tank
 from pipelines.settings import Settings
 from schemas.catalog import Catalog
+from schemas.events import LAKE_SCHEMA
 from schemas.tokens import allowance_sql
 from schemas.warehouse import BillableUsage, ModelDaily, PoolUsage, UsageDaily
 
@@ -166,11 +175,8 @@ def quota(out: Console, engine: Engine) -> None:
 def backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
     """For each model with its own pool: share of its weekly use while the main pool was exhausted."""
 
-    from billing.plan import own_pool_models
-    from pipelines.quota.show import backup_tank
-
     for model in own_pool_models(settings.catalog):
-        weekly = backup_tank(engine, settings.lake, settings.catalog, model)
+        weekly = weekly_backup_tank(engine, settings.lake, settings.catalog, model)
         table = Table(
             title=f"{model}: use while the main pool was exhausted (backup tank)",
             box=box.SIMPLE_HEAD,
@@ -188,13 +194,6 @@ def backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
 
 def why_charged(out: Console, engine: Engine, settings: Settings) -> None:
     """The last event that ran a model's own pool dry, explained as support sees it."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from pipelines.quota.explain import explain_event, render
-    from pipelines.quota.show import as_utc
-    from schemas.events import LAKE_SCHEMA
-
     own = sorted(
         {pool.id for plan in settings.catalog.plans for pool in plan.pools if "*" not in pool.models}
     )
@@ -267,9 +266,6 @@ def ingest_and_tokens(out: Console, result: ingest.IngestResult, tokens: dict[st
 def head_to_head(out: Console, view: EffectivenessView, model: str) -> None:
     """The effectiveness of ``model`` against its catalog successor per task class (both over all
     their tiers), and the sentence for multi-file work against the successor's best tier."""
-    from billing.effectiveness import ALL_CLASSES
-    from pipelines.effectiveness.figures import ALL_TIERS, duration, sentence
-
     items = [i for i in view.head_to_head if i["model"] == model]
     if not items:
         out.print(f"effectiveness: {model} and its successor have no tasks in the same weeks")

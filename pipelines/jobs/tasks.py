@@ -17,16 +17,18 @@ from typing import Any
 
 from sqlalchemy import text
 
+from pipelines import lake
+from pipelines.adoption.html import preview_lines
+from pipelines.adoption.retirement import run
 from pipelines.jobs.chain import DAILY, MONTHLY, run_chain, step_named
 from pipelines.jobs.steps import DayState, MonthState
+from pipelines.lake.paths import use_filesystem_options
 from pipelines.runtime.context import RunContext
 from pipelines.settings import Settings
 
 
 def settings() -> Settings:
     """The task's settings; the file-system flags of ``USAGE_BILLING_BEAM_ARGS`` configure its lake access."""
-    from pipelines.lake.paths import use_filesystem_options
-
     s = Settings.from_env()
     use_filesystem_options(list(s.beam_args))
     return s
@@ -48,8 +50,6 @@ def month_grace_days() -> int:
 
 def landing_ready(day: str) -> bool:
     """The landing folder of ``day`` exists and holds at least one file."""
-    from pipelines import lake
-
     folder = lake.join(settings().landing, day)
     return lake.folder_exists(folder) and bool(lake.list_files(folder, "*"))
 
@@ -99,9 +99,6 @@ def adjust_months(months: list[str]) -> list[dict[str, Any]]:
 
 
 def retirement_report(as_of: str) -> dict[str, Any]:
-    from pipelines.adoption.html import preview_lines
-    from pipelines.adoption.retirement import run
-
     with context() as ctx:
         day = dt.date.fromisoformat(as_of)
         data = run(ctx.engine, ctx.catalog, day, Path(ctx.settings.reports) / as_of, ctx.lake)

@@ -8,8 +8,10 @@ a committed partition's files are the ones its manifest (``_manifest.json``) nam
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
+import fnmatch
 import functools
 import json
 import os
@@ -19,6 +21,8 @@ from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options import pipeline_options
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError
 from pipelines.runtime import compat
@@ -59,8 +63,6 @@ def use_filesystem_options(flags: list[str] | None = None) -> None:
     (listing, commits, the gate, reports, ``quota explain``): an ``s3://`` lake needs its client's
     options (``--s3_endpoint_url`` and friends after ``--``, or the standard ``AWS_*`` environment
     variables, which boto3 reads when no flag names them)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     known, _ = _parse_filesystem_flags(flags or [])  # the runner's own flags are not known here
     values = {k: v for k, v in vars(known).items() if v is not None and v is not False}
     set_filesystem_options(PipelineOptions.from_dictionary(values))
@@ -72,10 +74,6 @@ FILESYSTEM_OPTION_GROUPS = ("S3Options", "AzureOptions", "HadoopFileSystemOption
 
 
 def _filesystem_parser():
-    import argparse
-
-    from apache_beam.options import pipeline_options
-
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     for group in FILESYSTEM_OPTION_GROUPS:
         getattr(pipeline_options, group)._add_argparse_args(parser)
@@ -84,8 +82,6 @@ def _filesystem_parser():
 
 def _parse_filesystem_flags(flags: list[str]):
     """(the file-system flags as a namespace, the other arguments); a malformed flag is one line."""
-    import argparse
-
     try:
         return _filesystem_parser().parse_known_args(list(flags))
     except argparse.ArgumentError as exc:
@@ -129,14 +125,14 @@ def check_reachable(root: str) -> None:
     bucket once first (botocore's own few retries only). Other roots: nothing to check here."""
     if not root.startswith("s3://"):
         return
-    from apache_beam.io.aws import s3io
+    from apache_beam.io.aws import s3io  # lazy: boto3
 
     compat.share_s3_clients()
     bucket = root[len("s3://") :].split("/", 1)[0]
     client = s3io.boto3_client.Client(options=compat.filesystem_options()).client
     if (bucket, id(client)) in _REACHED:
         return
-    import botocore.exceptions as boto
+    import botocore.exceptions as boto  # lazy: botocore
 
     where = f"the bucket of {root}"
     try:
@@ -218,11 +214,7 @@ def list_files(directory: str, pattern: str = "*.parquet") -> list[str]:
     if is_local(directory):
         if not os.path.isdir(directory):
             return []
-        import fnmatch
-
         return sorted(join(directory, n) for n in os.listdir(directory) if fnmatch.fnmatch(n, pattern))
-    import fnmatch
-
     found = FileSystems.match([join(directory, "*")])[0].metadata_list
     listed = {posixpath.basename(m.path): m.path for m in found}
     if MANIFEST in listed:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated
 
 import typer
 
 from pipelines.errors import UsageBillingError
+from pipelines.quota.show import pool_state
 from pipelines.runtime.console import (
     BEAM,
     LAKE,
@@ -22,6 +24,8 @@ from pipelines.runtime.console import (
     warehouse_of,
 )
 from pipelines.runtime.context import RunContext, StepOptions, split_argv
+from pipelines.runtime.dates import parse_date
+from pipelines.warehouse.remeter import stale_dates
 
 quota_app = typer.Typer(no_args_is_help=False, help="Quota pools: metering and balances.")
 
@@ -39,7 +43,7 @@ def quota_meter(
     ] = False,
 ) -> None:
     """Meter account-local dates against the quota pools (Beam flags after --)."""
-    from pipelines.quota import meter
+    from pipelines.quota import meter  # lazy: apache_beam
 
     s = settings_of(ctx)
     if stale:
@@ -59,9 +63,7 @@ def quota_meter(
 
 
 def _meter_stale(s, beam_args: list[str]) -> None:
-    from pipelines.quota.meter import meter_runs
-    from pipelines.warehouse.remeter import stale_dates
-
+    from pipelines.quota.meter import meter_runs  # lazy: apache_beam
     with RunContext.open(s, beam_args) as context:
         days = stale_dates(context.engine, context.catalog)
         if not days:
@@ -79,8 +81,6 @@ def quota_show(
     at: Annotated[str | None, typer.Option("--at", help="ISO time with zone (default: now)")] = None,
 ) -> None:
     """Each pool of the account's plan at a moment: allowance, used, remaining and when it resets."""
-    from pipelines.quota.show import pool_state
-
     s = settings_of(ctx)
     engine = warehouse_of(ctx)
     view = pool_state(engine, s.catalog, account, at)
@@ -99,16 +99,12 @@ def quota_explain(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object (for support tools)")] = False,
 ) -> None:
     """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
-    from pipelines.quota.explain import as_dict, explain_event, render
-    from pipelines.runtime.dates import parse_date
-
+    from pipelines.quota.explain import as_dict, explain_event, render  # lazy: apache_beam
     s = lake_settings(ctx)
     day = parse_date(date, "--date") if date is not None else None
     engine = warehouse_of(ctx)
     charge = explain_event(engine, s.lake, s.catalog, event_id, day)
     if as_json:
-        import json
-
         sys.stdout.write(json.dumps(as_dict(charge), indent=2) + "\n")
         return
     for line in render(charge):

@@ -26,9 +26,13 @@ from pipelines.errors import UsageBillingError
 from pipelines.ingest.hashing import shard_of, stable_hash
 from pipelines.ingest.units import index_file, shard_file
 from pipelines.quota.show import as_utc, period_balance
+from pipelines.quota.store import ALLOCATIONS
+from pipelines.warehouse.accounts import load_accounts_table
+from pipelines.warehouse.binding import require_lake
 from pipelines.warehouse.remeter import out_of_date
 from schemas.catalog import Catalog
 from schemas.events import EVENT_SCHEMA
+from schemas.lake import ALLOCATION_SCHEMA
 from schemas.tokens import ids as kind_ids
 from schemas.warehouse import MeteredDay
 
@@ -112,9 +116,6 @@ def _may_hold(folder: str, shard: int, wanted: np.uint64) -> bool:
 def _draws(lake_root: str, event_id: str, local_day: dt.date, event_file: str) -> tuple[pa.Table, bool]:
     """What each pool covered of the event (pool, tokens), and whether the event's file changed after
     the metering run that wrote those records."""
-    from pipelines.quota.store import ALLOCATIONS
-    from schemas.lake import ALLOCATION_SCHEMA
-
     folder = lake.partition(lake_root, ALLOCATIONS, local_day)
     files = lake.list_files(folder)
     if not files:
@@ -138,9 +139,6 @@ def _metered(engine: Engine, local_day: dt.date, utc_day: dt.date) -> bool:
 def explain_event(
     engine: Engine, lake_root: str, catalog: Catalog, event_id: str, day: dt.date | None = None
 ) -> Charge:
-    from pipelines.warehouse.accounts import load_accounts_table
-    from pipelines.warehouse.binding import require_lake
-
     require_lake(engine, lake_root, "quota explain")
     found, event_file = find_event(lake_root, event_id, day)
     accounts = load_accounts_table(engine)

@@ -102,7 +102,7 @@ class MeterResult:
 
 def run(context: RunContext, dates: list[dt.date], options: StepOptions | None = None) -> MeterResult:
     """Meter the local ``dates`` (consecutive days)."""
-    with database_lock(context.settings.database_url, "quota meter") as fence:
+    with database_lock(context.settings.database_url, "quota meter", context.settings.lock_wait) as fence:
         return _run(context, dates, options or StepOptions(), fence)
 
 
@@ -199,7 +199,7 @@ def _read_plan(
     first, last = dates[0], dates[-1]
     # Under the accounts' lock, so that an accounts load is either in what this run reads or queues
     # its days after this run started (meter_queue.queued_at > metered_at: still out of date).
-    with step_lock(engine, ACCOUNTS_LOCK, wait=max(lock_wait(), 60.0)):
+    with step_lock(engine, ACCOUNTS_LOCK, wait=max(lock_wait(engine), 60.0)):
         started = dt.datetime.now(dt.UTC)  # before anything is read: what the metered days reflect
         accounts = load_accounts_table(engine)
     held = frozenset(held_back(engine))  # partitions the data-quality gate holds back: read as empty

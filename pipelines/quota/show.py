@@ -12,7 +12,9 @@ import pyarrow.compute as pc
 from sqlalchemy import Connection, Engine, and_, select
 
 from billing.calendar import period_end, period_start
+from billing.plan import attach_accounts, backup_tank_weekly
 from pipelines.errors import UsageBillingError
+from pipelines.warehouse.accounts import load_accounts_table
 from pipelines.warehouse.engine import as_utc
 from schemas import tokens
 from schemas.catalog import Catalog, Pool
@@ -114,10 +116,7 @@ def backup_tank(
 ) -> pa.Table:
     """Per account-local ISO week: ``model``'s accounts and tokens, and how many of them came while the
     account's main pool was exhausted (``billing.quota.backup_tank_weekly`` on the lake's events)."""
-    from billing.plan import attach_accounts, backup_tank_weekly
-    from pipelines import lake
-    from pipelines.warehouse.accounts import load_accounts_table
-
+    from pipelines import lake  # lazy: apache_beam
     p = PoolUsage.__table__
     query = select(p.c.account_id, p.c.plan, p.c.pool, p.c.period_start, p.c.exhausted_at).where(
         p.c.exhausted_at.is_not(None)

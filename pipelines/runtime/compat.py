@@ -44,9 +44,9 @@ def share_s3_clients(fresh: bool = False) -> None:
         with _S3_LOCK:
             _S3_CLIENTS.clear()
     try:
-        from apache_beam.io.aws import s3io
-        from apache_beam.io.aws.clients.s3 import boto3_client
-        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+        from apache_beam.io.aws import s3io  # lazy: apache_beam
+        from apache_beam.io.aws.clients.s3 import boto3_client  # lazy: apache_beam
+        from apache_beam.options.pipeline_options import PipelineOptions, S3Options  # lazy: apache_beam
     except ImportError:
         return
     if getattr(s3io, "_shared_clients", False):
@@ -77,7 +77,7 @@ def share_s3_clients(fresh: bool = False) -> None:
 
 def filesystem_options() -> Any:
     """The options Beam's file systems were last given (``FileSystems.set_options``), or None."""
-    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.filesystems import FileSystems  # lazy: apache_beam
 
     return FileSystems._pipeline_options
 
@@ -85,7 +85,7 @@ def filesystem_options() -> Any:
 def quiet_harness_tracebacks(print_function: Callable[..., None]) -> None:
     """Beam's SDK harness prints through ``print_function`` (it looks ``print`` up as a module global
     first, then as the builtin)."""
-    from apache_beam.runners.worker import sdk_worker
+    from apache_beam.runners.worker import sdk_worker  # lazy: apache_beam
 
     sdk_worker.print = print_function  # type: ignore[attr-defined]  # module global shadows the builtin
 

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from pipelines.settings import Settings
+from pipelines.warehouse.engine import make_engine, require_schema
 from schemas.limits import account_id_problem
 
 if TYPE_CHECKING:
@@ -66,7 +68,11 @@ def lake_settings(ctx: typer.Context) -> Settings:
     """The settings of a command that reads the lake outside a pipeline (``context_settings=LAKE``):
     the extra arguments it was given must be Beam's file-system flags (``--s3_endpoint_url=...``,
     after ``--``), and they configure the lake's file access; anything else is an unknown option."""
-    from pipelines.lake.paths import check_reachable, filesystem_flags, use_filesystem_options
+    from pipelines.lake.paths import (  # lazy: apache_beam
+        check_reachable,
+        filesystem_flags,
+        use_filesystem_options,
+    )
 
     use_filesystem_options(filesystem_flags(ctx.args))
     settings = settings_of(ctx)
@@ -76,9 +82,7 @@ def lake_settings(ctx: typer.Context) -> Settings:
 
 def warehouse_of(ctx: typer.Context) -> Engine:
     """The warehouse of the command's settings, checked to be at the migrations' head."""
-    from pipelines.warehouse.engine import make_engine, require_schema
-
-    engine = make_engine(settings_of(ctx).database_url)
+    engine = make_engine(settings_of(ctx).database_url, settings_of(ctx).lock_wait)
     require_schema(engine)
     return engine
 
@@ -93,8 +97,6 @@ def step(label: str, total: int | None = None):
 
 class _Steps:
     def __init__(self, label: str, total: int) -> None:
-        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         self.label = label
         self.progress = Progress(
             SpinnerColumn(),

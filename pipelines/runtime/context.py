@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.errors import UsageBillingError
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING, Settings
+from pipelines.warehouse.engine import make_engine, require_schema
 from schemas.limits import RUN_ID
 
 if TYPE_CHECKING:  # the DAG files import the chain, which imports this module, at parse time
@@ -45,7 +46,7 @@ class RunContext:
     def open(cls, settings: Settings, beam_args: Iterable[str] | None = None) -> Iterator[RunContext]:
         """A context for one command; the lake and landing roots are checked to be reachable first
         (one line when a bucket does not answer), and its engine is disposed of at the end."""
-        from pipelines.lake.paths import check_reachable, use_filesystem_options
+        from pipelines.lake.paths import check_reachable, use_filesystem_options  # lazy: apache_beam
 
         context = cls(settings, tuple(settings.beam_args if beam_args is None else beam_args))
         use_filesystem_options(list(context.beam_args))  # the driver's own lake access uses them too
@@ -63,9 +64,7 @@ class RunContext:
     @cached_property
     def engine(self) -> Engine:
         """The warehouse's engine, its schema checked to be at the migrations' head."""
-        from pipelines.warehouse.engine import make_engine, require_schema
-
-        engine = make_engine(self.settings.database_url)
+        engine = make_engine(self.settings.database_url, self.settings.lock_wait)
         try:
             require_schema(engine)
         except BaseException:
@@ -76,7 +75,7 @@ class RunContext:
     def beam_options(self, threads: bool = False) -> PipelineOptions:
         """Beam options of a pipeline run (``threads``: a step whose default is a thread per core)."""
         if threads not in self._options:
-            from pipelines.runtime.options import pipeline_options
+            from pipelines.runtime.options import pipeline_options  # lazy: apache_beam
 
             self._options[threads] = pipeline_options(list(self.beam_args), threads)
         return self._options[threads]

@@ -11,6 +11,8 @@ run over the cluster's workers (``PARTITIONS_PER_THREAD``).
 
 from __future__ import annotations
 
+from apache_beam.options.pipeline_options import PipelineOptions
+
 from pipelines.errors import UsageBillingError
 
 try:
@@ -18,7 +20,7 @@ try:
 except ImportError:  # without the dask extra: prepare_workers says so
     Client = None  # type: ignore[assignment,misc]  # stands for the optional class when it is absent
     WorkerPlugin = object  # type: ignore[assignment,misc]  # the same: a base class to subclass
-from pipelines.lake.paths import filesystem_values
+from pipelines.lake.paths import filesystem_values, set_filesystem_options
 
 PLUGIN = "usage-billing-filesystems"
 # The DaskRunner splits each Create into partitions of 128 elements by default, and every later step
@@ -37,10 +39,6 @@ class FileSystemSettings(WorkerPlugin):
         self.values = values
 
     def setup(self, worker) -> None:
-        from apache_beam.options.pipeline_options import PipelineOptions
-
-        from pipelines.lake.paths import set_filesystem_options
-
         set_filesystem_options(PipelineOptions.from_dictionary(self.values))
 
 
@@ -50,7 +48,7 @@ def prepare_workers(options) -> None:
     workers inherit this process's environment but not its flags."""
     if Client is None:
         raise UsageBillingError("the DaskRunner needs dask.distributed: pip install 'usage-billing[dask]'")
-    from apache_beam.runners.dask.dask_runner import DaskOptions
+    from apache_beam.runners.dask.dask_runner import DaskOptions  # lazy: dask
 
     dask = options.view_as(DaskOptions)
     if not (dask.address or dask.scheduler_file):

@@ -76,8 +76,6 @@ def dates_of(flags: argparse.Namespace) -> list[dt.date]:
 
 def month_dates(month: str) -> list[dt.date]:
     """Every date of ``month`` (YYYY-MM)."""
-    import re
-
     if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month or ""):
         raise UsageBillingError(f"--month must look like 2026-03, got {month!r}")
     first = parse_date(f"{month}-01", "--month")

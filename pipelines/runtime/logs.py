@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import warnings
 
+from pipelines.errors import UsageBillingError, user_error_in
+from pipelines.settings import quiet_great_expectations
+
 
 class _DropNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        from pipelines.errors import UsageBillingError, user_error_in
-
         if record.exc_info and isinstance(record.exc_info[1], UsageBillingError | OSError):
             return False  # a runner logging a user error it re-raises: the CLI prints it as one line
         if record.name.startswith("apache_beam") and any(
@@ -26,8 +27,6 @@ class _DropNoise(logging.Filter):
 
 
 def quiet() -> None:
-    from pipelines.settings import quiet_great_expectations
-
     quiet_great_expectations()
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)

@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Iterator
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
@@ -42,11 +43,11 @@ def pipeline_options(beam_args: list[str] | None, threads: bool = False) -> Pipe
             flags += ["--direct_running_mode=multi_threading", f"--direct_num_workers={workers}"]
     dask = _on_dask(flags)
     if dask:  # its options (--dask_client_address, ...) are known to Beam once its module is imported
-        import apache_beam.runners.dask.dask_runner  # noqa: F401
+        import apache_beam.runners.dask.dask_runner  # noqa: F401  # lazy: dask
     options = PipelineOptions(flags)
     set_filesystem_options(options)  # the driver's own lake access (listing, commits) uses them too
     if dask:
-        from pipelines.runtime.dask import prepare_workers
+        from pipelines.runtime.dask import prepare_workers  # lazy: distributed
 
         prepare_workers(options)
     return options
@@ -62,8 +63,6 @@ def _on_dask(flags: list[str]) -> bool:
 
 def make_pipeline(options: PipelineOptions):
     """A Beam pipeline for ``options``; an unknown ``--runner`` is a user error, not a traceback."""
-    import apache_beam as beam
-
     try:
         return beam.Pipeline(options=options)
     except ValueError as exc:
@@ -128,6 +127,4 @@ def _keep(element: tuple[str, object], kind: str) -> list[object]:
 
 def split(pcoll, label: str, kinds: tuple[str, ...]) -> dict:
     """{kind: PCollection of the payloads of that kind} from a PCollection of (kind, payload)."""
-    import apache_beam as beam
-
     return {kind: pcoll | f"{label}{kind.title()}" >> beam.FlatMap(_keep, kind) for kind in kinds}

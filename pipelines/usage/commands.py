@@ -16,7 +16,7 @@ def usage_aggregate(
     ctx: typer.Context, date: DateOpt = None, start: FromOpt = None, end: ToOpt = None
 ) -> None:
     """Aggregate lake partitions into usage_daily (Beam flags after --)."""
-    from pipelines.usage import aggregate
+    from pipelines.usage import aggregate  # lazy: apache_beam
 
     s = settings_of(ctx)
     dates = date_range(date, start, end)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+import migrations
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.console import (
     LAKE,
@@ -21,6 +22,9 @@ from pipelines.runtime.console import (
     warehouse_of,
 )
 from pipelines.runtime.dates import date_range
+from pipelines.warehouse.accounts import load_accounts
+from pipelines.warehouse.engine import free_bytes, make_engine, redact, upgrade, vacuum
+from pipelines.warehouse.remeter import stale_dates
 
 db_app = typer.Typer(no_args_is_help=False, help="Warehouse schema.")
 accounts_app = typer.Typer(no_args_is_help=False, help="Accounts and their plans.")
@@ -30,9 +34,6 @@ lake_app = typer.Typer(no_args_is_help=False, help="The lake this warehouse is b
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Apply every migration to the warehouse."""
-    import migrations
-    from pipelines.warehouse.engine import free_bytes, make_engine, redact, upgrade
-
     s = settings_of(ctx)
     engine = make_engine(s.database_url)
     applied = upgrade(engine)
@@ -58,8 +59,6 @@ FREE_HINT_BYTES = 64 * 2**20
 @db_app.command("vacuum")
 def db_vacuum(ctx: typer.Context) -> None:
     """Give the warehouse's free space back to the disk (SQLite: VACUUM; PostgreSQL: VACUUM ANALYZE)."""
-    from pipelines.warehouse.engine import make_engine, redact, vacuum
-
     s = settings_of(ctx)
     engine = make_engine(s.database_url)
     path = Path(engine.url.database) if engine.dialect.name == "sqlite" and engine.url.database else None
@@ -78,14 +77,10 @@ def db_vacuum(ctx: typer.Context) -> None:
 @accounts_app.command("load")
 def accounts_load(ctx: typer.Context, file: Path) -> None:
     """Load an accounts CSV (account_id,plan,timezone,active_from,active_until)."""
-    from pipelines.warehouse.accounts import load_accounts
-
     s = settings_of(ctx)
     engine = warehouse_of(ctx)
     n = load_accounts(engine, file, s.catalog)
     out.print(f"loaded {n} account rows from {file}")
-    from pipelines.warehouse.remeter import stale_dates
-
     stale = stale_dates(engine, s.catalog)
     if stale:
         out.print(
@@ -97,8 +92,8 @@ def accounts_load(ctx: typer.Context, file: Path) -> None:
 @lake_app.command("show", context_settings=LAKE)
 def lake_show(ctx: typer.Context) -> None:
     """The lake the warehouse is bound to, and whether --lake is that lake."""
-    from pipelines import lake as lake_files
-    from pipelines.warehouse.binding import current, where
+    from pipelines import lake as lake_files  # lazy: apache_beam
+    from pipelines.warehouse.binding import current, where  # lazy: apache_beam
 
     s = lake_settings(ctx)
     engine = warehouse_of(ctx)
@@ -125,7 +120,7 @@ def lake_files_command(
     """The files a dataset's committed partitions hold now, one path per line (all dates, or --date or
     --from/--to): what DuckDB, pyarrow or Spark should read. On an object store a partition's manifest
     names them; files beside them are from commits not finished or superseded."""
-    from pipelines import lake as lake_files
+    from pipelines import lake as lake_files  # lazy: apache_beam
 
     s = lake_settings(ctx)
     names = sorted(
@@ -151,7 +146,7 @@ def lake_rebind(
     reason: Annotated[str, typer.Option("--reason", help="why (recorded with who and when)")],
 ) -> None:
     """Point the warehouse at the lake given by --lake on purpose (a moved or restored lake)."""
-    from pipelines.warehouse.binding import rebind
+    from pipelines.warehouse.binding import rebind  # lazy: apache_beam
 
     s = lake_settings(ctx)
     engine = warehouse_of(ctx)

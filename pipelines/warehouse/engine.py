@@ -34,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
+import migrations
 from pipelines.errors import UsageBillingError
 from pipelines.runtime import faults
 from pipelines.warehouse import sqlite_files
@@ -42,6 +43,7 @@ INSERT_BATCH_ROWS = 20_000
 
 
 APPLICATION_NAME = "usage-billing"  # what pg_stat_activity shows for the project's connections
+LOCK_WAIT = "usage_billing_lock_wait"  # the engine's execution option: seconds a step lock waits
 
 
 def as_date(value: object) -> dt.date:
@@ -90,8 +92,9 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url`` (nothing is connected or created yet). Fails with one clear line."""
+def make_engine(url: str, lock_wait: float = 0.0) -> Engine:
+    """An engine for ``url`` (nothing is connected or created yet). Fails with one clear line.
+    ``lock_wait``: how long a step lock taken on it waits for another run (``Settings.lock_wait``)."""
     if _unencoded_password(url):
         raise UsageBillingError(
             f"invalid database URL {redact(url)}: the user or password holds an unencoded '@'; "
@@ -106,7 +109,9 @@ def make_engine(url: str) -> Engine:
     try:
         postgres = parsed.get_backend_name() == "postgresql"
         connect_args = {"application_name": APPLICATION_NAME} if postgres else {}
-        engine = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+        engine = create_engine(
+            parsed, pool_pre_ping=True, connect_args=connect_args, execution_options={LOCK_WAIT: lock_wait}
+        )
     except Exception as exc:  # unknown dialect, missing driver
         raise UsageBillingError(f"cannot use database {redact(url)}: {exc}") from None
     if engine.dialect.name == "sqlite":
@@ -150,8 +155,6 @@ def check_connection(engine: Engine, create: bool = False) -> None:
 
 def require_schema(engine: Engine) -> None:
     """Fail fast, before any pipeline work, when the warehouse is not migrated to the latest revision."""
-    import migrations
-
     check_connection(engine)
     with engine.connect() as conn:
         if inspect(conn).has_table(migrations.VERSION_TABLE):
@@ -168,8 +171,6 @@ def require_schema(engine: Engine) -> None:
 
 def upgrade(engine: Engine) -> list[str]:
     """Apply every migration not applied yet (creating a new SQLite file); returns their revisions."""
-    import migrations
-
     check_connection(engine, create=True)
     return migrations.upgrade(engine)
 

@@ -42,8 +42,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from pipelines.errors import UsageBillingError
-from pipelines.settings import lock_wait
-from pipelines.warehouse.engine import APPLICATION_NAME, make_engine, require_schema
+from pipelines.warehouse.engine import APPLICATION_NAME, LOCK_WAIT, make_engine, require_schema
 
 POLL_SECONDS = 0.2
 
@@ -108,11 +107,17 @@ def _take_token(engine: Engine, name: str) -> int:
         return int(conn.execute(text("SELECT token FROM lock_fences WHERE name = :n"), key).scalar_one())
 
 
+def lock_wait(engine: Engine) -> float:
+    """Seconds a step lock on ``engine`` waits for another run (``Settings.lock_wait``, given to
+    ``make_engine``)."""
+    return float(engine.get_execution_options().get(LOCK_WAIT, 0.0))
+
+
 @contextmanager
 def step_lock(engine: Engine, name: str, wait: float | None = None) -> Iterator[Fence]:
     """Hold the lock ``name`` for the block; raise ``LockBusy`` if it stays taken for ``wait`` seconds.
     Yields the run's ``Fence``: the transaction that commits the run's results calls its ``check``."""
-    wait = lock_wait() if wait is None else wait
+    wait = lock_wait(engine) if wait is None else wait
     if engine.dialect.name == "postgresql":
         with _pg_lock(engine, name, wait):
             yield Fence(name, _take_token(engine, name))
@@ -208,10 +213,10 @@ def _file_lock(database: Path, name: str, wait: float) -> Iterator[None]:
 
 
 @contextmanager
-def database_lock(database_url: str, name: str) -> Iterator[Fence]:
+def database_lock(database_url: str, name: str, lock_wait: float = 0.0) -> Iterator[Fence]:
     """``step_lock`` on an engine of its own, for a step that opens its engines itself."""
 
-    engine = make_engine(database_url)
+    engine = make_engine(database_url, lock_wait)
     try:
         require_schema(engine)  # the lock table is the schema's
         with step_lock(engine, name) as fence:

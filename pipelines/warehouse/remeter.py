@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, or_, select
 
+from billing.invoices import month_bounds
 from pipelines.warehouse.engine import as_date, as_utc
 from schemas.catalog import Catalog
 from schemas.warehouse import Account, BillableUsage, MeteredDate, MeterQueue
@@ -78,8 +79,6 @@ def out_of_date(
 
 def stale_dates(engine: Engine, catalog: Catalog, month: str | None = None) -> list[dt.date]:
     """The days of ``out_of_date`` (of ``month`` only, if given)."""
-    from billing.invoices import month_bounds
-
     first, last = month_bounds(month) if month else (None, None)
     with engine.connect() as conn:
         return [s.day for s in out_of_date(conn, catalog, first, last)]
