@@ -32,14 +32,22 @@ _S3_CLIENTS: dict[tuple, object] = {}
 _S3_LOCK = threading.Lock()
 
 
+# What Beam's S3 client wrapper keeps of one download in progress (the open stream of a ranged read):
+# it belongs to the reader that made the wrapper and is never shared.
+S3_DOWNLOAD_STATE = {"_download_request": None, "_download_stream": None, "_download_pos": 0}
+
+
 def share_s3_clients(fresh: bool = False) -> None:
     """Beam's S3 file system builds a boto3 session and client for every operation (each loads
-    botocore's endpoint tables: about 50 ms, more than most listings take). Share one client per set of
-    S3 options instead; boto3 clients are thread-safe. ``fresh``: the options changed, so the clients
-    made so far are dropped. A no-op without Beam's AWS extra.
+    botocore's endpoint tables: about 50 ms, more than most listings take). Share one boto3 client per
+    set of S3 options instead (boto3 clients are thread-safe), each of Beam's wrappers around it with a
+    download state of its own: the wrapper keeps the stream of the read in progress, so two readers
+    sharing one wrapper close each other's streams (Beam then retries with back-off, seconds each).
+    ``fresh``: the options changed, so the clients made so far are dropped. A no-op without Beam's AWS
+    extra.
 
     Replaces ``apache_beam.io.aws.s3io.boto3_client`` (the module attribute s3io makes its clients
-    with) by a factory of shared clients."""
+    with) by a factory of wrappers around shared clients."""
     if fresh:
         with _S3_LOCK:
             _S3_CLIENTS.clear()
@@ -63,10 +71,13 @@ def share_s3_clients(fresh: bool = False) -> None:
             key = tuple(sorted((k, str(v)) for k, v in dict(options).items()))
         key = tuple((k, str(v)) for k, v in key if k.startswith("s3_"))
         with _S3_LOCK:
-            made = _S3_CLIENTS.get(key)
-            if made is None:
-                made = _S3_CLIENTS[key] = boto3_client.Client(options=options)
-        return made
+            shared = _S3_CLIENTS.get(key)
+            if shared is None:
+                shared = _S3_CLIENTS[key] = boto3_client.Client(options=options).client
+        wrapper = boto3_client.Client.__new__(boto3_client.Client)  # Beam's methods, no new session
+        wrapper.client = shared
+        vars(wrapper).update(S3_DOWNLOAD_STATE)
+        return wrapper
 
     class _Shared:
         Client = staticmethod(lambda options: client(options))

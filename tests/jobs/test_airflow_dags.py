@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from pipelines.cli import main
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.binding import rebind
 from pipelines.warehouse.engine import make_engine, upgrade
-from tests.conftest import CATALOG_PATH, ROOT, close_month, table_rows
+from tests.conftest import CATALOG_PATH, ROOT, cli_args, close_month, table_rows
 
 pytestmark = pytest.mark.slow
 DAGS = ROOT / "airflow_dags"
@@ -44,15 +45,15 @@ print(json.dumps(out))
 """
 
 RUN = """
-import datetime as dt, json, sys
+import datetime as dt, json, os, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
-dag = bag.dags[sys.argv[2]]
-run = dag.test(logical_date=dt.datetime.fromisoformat(sys.argv[3]), run_conf=json.loads(sys.argv[4]))
-states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-print("RESULT " + json.dumps({"state": str(run.state), "tasks": states}))
+for dag_id, logical, conf, env in json.loads(sys.argv[2]):
+    os.environ.update(env)  # the tasks read their settings when they run
+    run = bag.dags[dag_id].test(logical_date=dt.datetime.fromisoformat(logical), run_conf=conf)
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    print("RESULT " + json.dumps({"state": str(run.state), "tasks": states}), flush=True)
 """
-
 
 def _env(home: Path, settings: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "USAGE_BILLING"))}
@@ -134,18 +135,25 @@ def _warehouse(root: Path, name: str, catalog) -> dict[str, str]:  # type: ignor
     }
 
 
-def _dag_test(home: Path, settings: dict, dag_id: str, logical: str, conf: dict | None = None) -> dict:
-    env = {**_env(home, settings), "USAGE_BILLING_DAG_RETRIES": "0"}  # dag.test() would wait out retries
+def _dag_tests(home: Path, runs: list[tuple[dict, str, str, dict | None]]) -> list[dict]:
+    """``dag.test()`` of each (settings, dag id, logical date, conf) in turn, in one Airflow process
+    (starting Airflow and Beam once), each with its settings in the environment its tasks read."""
+    env = {**_env(home), "USAGE_BILLING_DAG_RETRIES": "0"}  # dag.test() would wait out retries
+    plan = [[dag_id, logical, conf or {}, settings] for settings, dag_id, logical, conf in runs]
     done = subprocess.run(
-        [sys.executable, "-c", RUN, str(DAGS), dag_id, logical, json.dumps(conf or {})],
+        [sys.executable, "-c", RUN, str(DAGS), json.dumps(plan)],
         env=env,
         capture_output=True,
         text=True,
         timeout=900,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, (done.stdout[-2000:], done.stderr[-4000:])
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    assert done.returncode == 0 and len(lines) == len(runs), (done.stdout[-2000:], done.stderr[-4000:])
+    return [json.loads(line.removeprefix("RESULT ")) for line in lines]
+
+
+def _dag_test(home: Path, settings: dict, dag_id: str, logical: str, conf: dict | None = None) -> dict:
+    return _dag_tests(home, [(settings, dag_id, logical, conf)])[0]
 
 
 def _settings_of(env: dict) -> Settings:
@@ -158,15 +166,8 @@ def _settings_of(env: dict) -> Settings:
 
 
 def _cli(settings: dict, *args: str) -> None:
-    env = {**os.environ, **settings}
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("usage-billing")), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    """The command, in this process, on the settings a DAG's tasks get from the environment."""
+    assert main([*cli_args(_settings_of(settings)), *args]) == 0, args
 
 
 def _invoices(url: str) -> list[tuple]:
@@ -183,9 +184,8 @@ def _invoices(url: str) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
-def _monthly_stops_on_a_mismatch(home: Path, settings: dict[str, str], scratch: Path) -> None:
-    """On a copy of a closed month's warehouse and lake, usage that was never metered: the monthly
-    DAG's reconciliation fails and nothing is finalized."""
+def _unmetered_copy(settings: dict[str, str], scratch: Path) -> dict[str, str]:
+    """A copy of a closed month's warehouse and lake holding usage that was never metered."""
     shutil.copytree(Path(settings["USAGE_BILLING_DATABASE_URL"].removeprefix("sqlite:///")).parent, scratch)
     copy = {
         **settings,
@@ -206,10 +206,7 @@ def _monthly_stops_on_a_mismatch(home: Path, settings: dict[str, str], scratch: 
             key._asdict(),
         )
     engine.dispose()
-    monthly = _dag_test(home, copy, "billing_monthly", "2026-04-03T00:00:00+00:00", {"month": "2026-03"})
-    assert monthly["state"] == "failed" and monthly["tasks"]["reconcile"] == "failed", monthly
-    assert monthly["tasks"]["finalize"] in ("upstream_failed", "None")
-    shutil.rmtree(scratch, ignore_errors=True)
+    return copy
 
 
 def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(scenario, catalog):
@@ -217,23 +214,34 @@ def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(sc
 
     root, home = scenario
     via_airflow = _warehouse(root, "airflow", catalog)
-    for day in DAYS:
-        result = _dag_test(home, via_airflow, "usage_daily", f"{day.isoformat()}T00:00:00+00:00")
+    daily = [(via_airflow, "usage_daily", f"{day.isoformat()}T00:00:00+00:00", None) for day in DAYS]
+    # Three days are not the history the weekly detector needs: its report task fails clearly.
+    weekly = (via_airflow, "retirement_weekly", "2026-03-30T00:00:00+00:00", {"as_of": "2026-03-29"})
+    *days, week = _dag_tests(home, [*daily, weekly])
+    for day, result in zip(DAYS, days, strict=True):
         assert result["state"] == "success", result
         sunday = day.weekday() == 6
         assert result["tasks"]["week_complete"] == ("success" if sunday else "skipped"), result
-    # Three days are not the history the weekly detector needs: its report task fails clearly.
-    weekly = _dag_test(
-        home, via_airflow, "retirement_weekly", "2026-03-30T00:00:00+00:00", {"as_of": "2026-03-29"}
-    )
-    assert weekly["state"] == "failed" and weekly["tasks"]["report"] == "failed", weekly
+    assert week["state"] == "failed" and week["tasks"]["report"] == "failed", week
+
     close_month(_settings_of(via_airflow), "2026-03", root / "airflow")
-    _monthly_stops_on_a_mismatch(home, via_airflow, root / "mismatch")
-    monthly = _dag_test(
-        home, via_airflow, "billing_monthly", "2026-04-03T00:00:00+00:00", {"month": "2026-03"}
+    unmetered = _unmetered_copy(via_airflow, root / "mismatch")
+    month = {"month": "2026-03"}
+    stopped, monthly, again = _dag_tests(
+        home,
+        [
+            (unmetered, "billing_monthly", "2026-04-03T00:00:00+00:00", month),
+            (via_airflow, "billing_monthly", "2026-04-03T00:00:00+00:00", month),
+            # A rerun of a day (a backfill or a cleared task) changes nothing: compared below.
+            (via_airflow, "usage_daily", f"{DAYS[1].isoformat()}T00:00:00+00:00", None),
+        ],
     )
+    # Usage that was never metered: the reconciliation fails and nothing is finalized.
+    assert stopped["state"] == "failed" and stopped["tasks"]["reconcile"] == "failed", stopped
+    assert stopped["tasks"]["finalize"] in ("upstream_failed", "None")
     assert monthly["state"] == "success" and set(monthly["tasks"].values()) == {"success"}, monthly
     assert (Path(via_airflow["USAGE_BILLING_EXPORTS"]) / "2026-03" / "invoices.csv").exists()
+    assert again["state"] == "success", again
 
     via_cli = _warehouse(root, "cli", catalog)
     for day in DAYS:
@@ -248,13 +256,6 @@ def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(sc
         ), model.__tablename__
     airflow_invoices = _invoices(via_airflow["USAGE_BILLING_DATABASE_URL"])
     assert airflow_invoices and airflow_invoices == _invoices(via_cli["USAGE_BILLING_DATABASE_URL"])
-
-    # A rerun of a day (a backfill or a cleared task) changes nothing.
-    again = _dag_test(home, via_airflow, "usage_daily", f"{DAYS[1].isoformat()}T00:00:00+00:00")
-    assert again["state"] == "success"
-    assert table_rows(via_airflow["USAGE_BILLING_DATABASE_URL"], BillableUsage) == table_rows(
-        via_cli["USAGE_BILLING_DATABASE_URL"], BillableUsage
-    )
 
 
 def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog, tmp_path):
@@ -341,16 +342,9 @@ def test_a_password_in_the_database_url_never_reaches_airflow_output_logs_or_met
     closed = make_url(url).set(port=1).render_as_string(hide_password=False)
     results = []
     for s in (settings, {**settings, "USAGE_BILLING_DATABASE_URL": closed}):
+        plan = [["usage_daily", f"{DAYS[0].isoformat()}T00:00:00+00:00", {}, {}]]
         done = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                RUN,
-                str(DAGS),
-                "usage_daily",
-                f"{DAYS[0].isoformat()}T00:00:00+00:00",
-                "{}",
-            ],
+            [sys.executable, "-c", RUN, str(DAGS), json.dumps(plan)],
             env={**_env(home, s), "USAGE_BILLING_DAG_RETRIES": "0"},
             capture_output=True,
             text=True,

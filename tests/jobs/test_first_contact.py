@@ -23,6 +23,11 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 COMMAND = str(Path(sys.executable).with_name("usage-billing"))
+# The demo's own timeline (Feb to Sep) at half its accounts and events: the same story (the fading
+# models are retirement candidates, the fast model's pool runs dry, every output is written) in a
+# quarter of the time. What the default size costs is benchmarks/RESULTS.md's business.
+DEMO_SIZE = ["--accounts", "2500", "--events-per-day", "4500"]
+INVOICE_NUMBER = re.compile(r"INV-\d{6}-\d{6}")
 
 
 def _readme_blocks() -> list[list[str]]:
@@ -61,7 +66,7 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
         r"\ndemo: venv\n(\t@\$\(AS_ROOT_SYSTEM_DEPS\)\n)?\t\$\(BIN\)/usage-billing demo\n", makefile
     )
     folder = _fresh(tmp_path, "demo")
-    out = _run([COMMAND, "demo"], folder).stdout
+    out = _run([COMMAND, "demo", *DEMO_SIZE], folder).stdout
     listed = out.split("\noutputs:\n", 1)[1].split("\ntime per step:", 1)[0]
     written = [
         [x.strip() for x in line.strip().rsplit("  ", 1)] for line in listed.splitlines() if line.strip()
@@ -79,8 +84,8 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
     readme = (ROOT / "README.md").read_text()
     shown = readme.split("\noutputs:\n", 1)[1].split("```", 1)[0]
     for line in shown.splitlines():
-        if line.strip() and line.strip() != "...":
-            assert line in listed, line  # the README's excerpt is what the demo prints
+        if line.strip() and line.strip() != "...":  # the README's excerpt is what the demo prints
+            assert INVOICE_NUMBER.sub("INV-N", line) in INVOICE_NUMBER.sub("INV-N", listed), line
     html = list((folder / "data" / "exports" / "2026-08" / "html").glob("INV-*.html"))
     assert len(html) > 1000 and (folder / "data" / "exports" / "2026-08" / "html" / "index.html").is_file()
     pdfs = list((folder / "data" / "exports" / "2026-08" / "pdf").glob("INV-*.pdf"))
@@ -123,13 +128,14 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
         ).fetchone() == (0,)
     # The invariants: every row read is clean, quarantined or a duplicate; the lake's tokens are the
     # usage tables' tokens.
-    assert read == clean + quarantined + dups > 2_000_000
+    assert read == clean + quarantined + dups > 1_000_000
     events = ds.dataset(str(folder / "data" / "lake" / "events"), format="parquet").to_table(
         columns=["input_tokens", "cached_input_tokens", "output_tokens"]
     )
     assert events.num_rows == clean
     assert usage == sum(pc.sum(events[c]).as_py() for c in events.column_names)
     assert "this event used its last tokens" in out  # support's view of a charge
+    assert "retirement report as of 2026-08-24: candidates gpt-5.2-mini, gpt-5.3-codex-spark" in out
     _fits_a_terminal_of_80_columns(folder)
 
 

@@ -17,13 +17,20 @@ def test_beam_makes_its_s3_clients_through_the_module_attribute_we_replace():
 
     assert "options" in inspect.signature(boto3_client.Client).parameters
     assert "boto3_client.Client(" in inspect.getsource(s3io)  # looked up on the module at each use
-    compat.share_s3_clients(fresh=True)
     options = {"s3_region_name": "us-east-1", "s3_access_key_id": "a", "s3_secret_access_key": "b"}
-    first = s3io.boto3_client.Client(options=options)
-    assert s3io.boto3_client.Client(options=dict(options)) is first  # one client per set of options
-    assert s3io.boto3_client.Client(options={**options, "s3_region_name": "eu-west-1"}) is not first
+    # Beam's wrapper holds the boto3 client and the state of one download, nothing else: ours copy it.
+    assert set(vars(boto3_client.Client(options=options))) == {"client", *compat.S3_DOWNLOAD_STATE}
     compat.share_s3_clients(fresh=True)
-    assert s3io.boto3_client.Client(options=options) is not first  # new options: new clients
+    first, second = (s3io.boto3_client.Client(options=dict(options)) for _ in range(2))
+    assert second.client is first.client  # one boto3 client per set of options ...
+    assert second is not first  # ... and a download state per reader
+    first._download_pos = 7
+    assert second._download_pos == 0 and second._download_stream is None
+    assert isinstance(first, boto3_client.Client) and callable(first.get_range)
+    other = s3io.boto3_client.Client(options={**options, "s3_region_name": "eu-west-1"})
+    assert other.client is not first.client
+    compat.share_s3_clients(fresh=True)
+    assert s3io.boto3_client.Client(options=options).client is not first.client  # new options: new clients
 
 
 def test_beam_file_systems_keep_the_options_they_were_given():
