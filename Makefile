@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,airflow,aws
 PYTEST_ARGS ?=
-# Two workers, a test file each at a time (its module fixtures are built once): 9 minutes here, not 17.
+# Two workers, a test file each at a time (its module fixtures are built once).
 PYTEST_WORKERS ?= 2
 
 .PHONY: venv demo test test-fast lint constraints clean system-deps
