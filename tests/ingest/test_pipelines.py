@@ -276,7 +276,7 @@ def _seen(seen: list[int], subs: int, units) -> int:  # type: ignore[no-untyped-
 def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
     sqlite_settings, tmp_path, monkeypatch
 ):
-    """Day by day (late events merge into past partitions, replays dedup against the lake), with each
+    """Day by day (late events merge into past partitions, a replay dedups against the lake), with each
     lake shard split into several pieces, equals the same run in one piece per shard."""
     whole = sqlite_settings
     pieces = type(whole)(
@@ -299,10 +299,10 @@ def test_sub_shards_bound_the_piece_and_change_no_row_count_or_partition(
                     lambda units, shards: _seen(seen_subs, original(units, shards), units),
                 )
             a = ingest.main([*settings.argv(), "--date", day.isoformat()])
-            b = ingest.main([*settings.argv(), "--date", day.isoformat()])  # a replay: all duplicates
-            assert b.total("clean") == 0 and b.total("duplicates") == a.total("rows_read") - a.total(
-                "quarantined"
-            )
+            if day == small_dates()[-1]:  # a replay of the last day, its late events too: all duplicates
+                b = ingest.main([*settings.argv(), "--date", day.isoformat()])
+                assert b.total("clean") == 0
+                assert b.total("duplicates") == a.total("rows_read") - a.total("quarantined")
     assert min(seen_subs) >= 3  # ~1,000-1,300 rows a day over 8 shards of 40 rows
     assert _lake_rows(pieces.lake) == _lake_rows(whole.lake)
     full = lambda s: ds.dataset(str(Path(s.lake, "events")), format="parquet").to_table()  # noqa: E731
