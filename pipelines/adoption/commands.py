@@ -28,6 +28,7 @@ def retirement_report(
 ) -> None:
     """Weekly adoption metrics, declining-model detection and the retirement report (HTML, JSON, Markdown)."""
     from pipelines.adoption.retirement import run as report  # lazy: apache_beam
+
     s = lake_settings(ctx)
     day = parse_date(as_of, "--as-of")
     folder = output_folder(out_dir, s.lake, s.landing, create=False)

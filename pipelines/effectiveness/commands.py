@@ -57,8 +57,8 @@ def effectiveness_report(
 ) -> None:
     """effectiveness.json, .md and .html over the complete ISO weeks from --from to --to (weeks that
     changed or were never computed are computed first)."""
-
     from pipelines.effectiveness import pipeline, report  # lazy: apache_beam
+
     s = settings_of(ctx)
     first, last = parse_date(start, "--from date"), parse_date(end, "--to date")
     if last < first:

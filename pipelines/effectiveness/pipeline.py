@@ -255,7 +255,7 @@ def run(
     """Compute the weeks of ``dates`` (every ISO week touching them), or without dates the weeks the
     queue holds (but for its rows of ``options.skip`` dates, which stay queued); returns the weeks
     computed."""
-    with database_lock(context.settings.database_url, "effectiveness", context.settings.lock_wait) as fence:
+    with database_lock(context.settings, "effectiveness") as fence:
         return _run(context, dates, options or EffectivenessOptions(), fence)
 
 

@@ -103,6 +103,7 @@ def dq_accept(
 ) -> None:
     """Accept a failed data-quality gate for one date (recorded with who, when and why)."""
     from pipelines.ingest import quality  # lazy: apache_beam
+
     s = lake_settings(ctx)
     engine = warehouse_of(ctx)
     checks = quality.accept_and_render(engine, s.lake, parse_date(date), reason)

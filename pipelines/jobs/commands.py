@@ -120,6 +120,7 @@ def events_replay(
     """Ingest a landing date's quarantined rows again (their cause fixed), then aggregate and meter them."""
     from pipelines.ingest import replay  # lazy: apache_beam
     from pipelines.jobs.run_day import run_day  # lazy: apache_beam
+
     s = settings_of(ctx)
     day = parse_date(date, "--date")
     status = step(f"replaying the quarantine of {day}", total=5)

@@ -42,7 +42,14 @@ from pipelines.jobs.steps import DayState
 from pipelines.runtime.context import RunContext, split_argv
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
-from pipelines.warehouse.engine import check_connection, make_engine, redact, sqlite_file, upgrade
+from pipelines.warehouse.engine import (
+    check_connection,
+    make_engine,
+    redact,
+    sqlite_file,
+    upgrade,
+    warehouse_engine,
+)
 from schemas.warehouse import Invoice
 
 MARKER = ".usage-billing-demo"
@@ -130,7 +137,7 @@ def run_demo(
     catalog = settings.catalog
     cfg = GeneratorConfig(start=START, days=days, accounts=accounts, events_per_day=events_per_day, seed=seed)
     dates = [cfg.start + dt.timedelta(days=i) for i in range(days)]
-    engine = make_engine(settings.database_url, settings.lock_wait)
+    engine = warehouse_engine(settings)
     timings: dict[str, float] = {}
     progress = Progress(
         SpinnerColumn(),
@@ -283,7 +290,6 @@ def run_demo(
 
 def _largest_bill(engine, month: str) -> tuple[str, str] | None:
     """(account, invoice number) of the month's finalized invoice with the largest total."""
-
     i = Invoice.__table__.c
     with engine.connect() as conn:
         row = conn.execute(

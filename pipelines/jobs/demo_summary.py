@@ -174,7 +174,6 @@ def quota(out: Console, engine: Engine) -> None:
 
 def backup_tank(out: Console, engine: Engine, settings: Settings) -> None:
     """For each model with its own pool: share of its weekly use while the main pool was exhausted."""
-
     for model in own_pool_models(settings.catalog):
         weekly = weekly_backup_tank(engine, settings.lake, settings.catalog, model)
         table = Table(

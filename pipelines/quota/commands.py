@@ -64,6 +64,7 @@ def quota_meter(
 
 def _meter_stale(s, beam_args: list[str]) -> None:
     from pipelines.quota.meter import meter_runs  # lazy: apache_beam
+
     with RunContext.open(s, beam_args) as context:
         days = stale_dates(context.engine, context.catalog)
         if not days:
@@ -100,6 +101,7 @@ def quota_explain(
 ) -> None:
     """Why one event was charged what it was: its pools, what each covered, the overage and its price."""
     from pipelines.quota.explain import as_dict, explain_event, render  # lazy: apache_beam
+
     s = lake_settings(ctx)
     day = parse_date(date, "--date") if date is not None else None
     engine = warehouse_of(ctx)

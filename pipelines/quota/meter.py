@@ -102,7 +102,7 @@ class MeterResult:
 
 def run(context: RunContext, dates: list[dt.date], options: StepOptions | None = None) -> MeterResult:
     """Meter the local ``dates`` (consecutive days)."""
-    with database_lock(context.settings.database_url, "quota meter", context.settings.lock_wait) as fence:
+    with database_lock(context.settings, "quota meter") as fence:
         return _run(context, dates, options or StepOptions(), fence)
 
 

@@ -117,6 +117,7 @@ def backup_tank(
     """Per account-local ISO week: ``model``'s accounts and tokens, and how many of them came while the
     account's main pool was exhausted (``billing.quota.backup_tank_weekly`` on the lake's events)."""
     from pipelines import lake  # lazy: apache_beam
+
     p = PoolUsage.__table__
     query = select(p.c.account_id, p.c.plan, p.c.pool, p.c.period_start, p.c.exhausted_at).where(
         p.c.exhausted_at.is_not(None)

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.text import Text
 
 from pipelines.settings import Settings
-from pipelines.warehouse.engine import make_engine, require_schema
+from pipelines.warehouse.engine import require_schema, warehouse_engine
 from schemas.limits import account_id_problem
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def lake_settings(ctx: typer.Context) -> Settings:
 
 def warehouse_of(ctx: typer.Context) -> Engine:
     """The warehouse of the command's settings, checked to be at the migrations' head."""
-    engine = make_engine(settings_of(ctx).database_url, settings_of(ctx).lock_wait)
+    engine = warehouse_engine(settings_of(ctx))
     require_schema(engine)
     return engine
 

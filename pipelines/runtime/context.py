@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.errors import UsageBillingError
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING, Settings
-from pipelines.warehouse.engine import make_engine, require_schema
+from pipelines.warehouse.engine import require_schema, warehouse_engine
 from schemas.limits import RUN_ID
 
 if TYPE_CHECKING:  # the DAG files import the chain, which imports this module, at parse time
@@ -64,7 +64,7 @@ class RunContext:
     @cached_property
     def engine(self) -> Engine:
         """The warehouse's engine, its schema checked to be at the migrations' head."""
-        engine = make_engine(self.settings.database_url, self.settings.lock_wait)
+        engine = warehouse_engine(self.settings)
         try:
             require_schema(engine)
         except BaseException:

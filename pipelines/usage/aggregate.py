@@ -122,7 +122,7 @@ def _read_staged(stage: str, name: str, dates: list[dt.date], schema: pa.Schema)
 
 def run(context: RunContext, dates: list[dt.date], options: StepOptions | None = None) -> dict[dt.date, int]:
     """Aggregate the dates; returns rows loaded per day."""
-    with database_lock(context.settings.database_url, "usage aggregate", context.settings.lock_wait) as fence:
+    with database_lock(context.settings, "usage aggregate") as fence:
         return _run(context, dates, options or StepOptions(), fence)
 
 

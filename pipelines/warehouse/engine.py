@@ -37,6 +37,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 import migrations
 from pipelines.errors import UsageBillingError
 from pipelines.runtime import faults
+from pipelines.settings import Settings
 from pipelines.warehouse import sqlite_files
 
 INSERT_BATCH_ROWS = 20_000
@@ -119,6 +120,11 @@ def make_engine(url: str, lock_wait: float = 0.0) -> Engine:
         if parsed.database not in (None, "", ":memory:"):
             event.listen(engine, "connect", sqlite_files.remember(parsed.database))
     return engine
+
+
+def warehouse_engine(settings: Settings) -> Engine:
+    """``make_engine`` for the warehouse of ``settings``, its step locks waiting ``settings.lock_wait``."""
+    return make_engine(settings.database_url, settings.lock_wait)
 
 
 def sqlite_file(engine: Engine) -> Path | None:

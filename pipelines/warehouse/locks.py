@@ -42,7 +42,8 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from pipelines.errors import UsageBillingError
-from pipelines.warehouse.engine import APPLICATION_NAME, LOCK_WAIT, make_engine, require_schema
+from pipelines.settings import Settings
+from pipelines.warehouse.engine import APPLICATION_NAME, LOCK_WAIT, require_schema, warehouse_engine
 
 POLL_SECONDS = 0.2
 
@@ -213,10 +214,10 @@ def _file_lock(database: Path, name: str, wait: float) -> Iterator[None]:
 
 
 @contextmanager
-def database_lock(database_url: str, name: str, lock_wait: float = 0.0) -> Iterator[Fence]:
+def database_lock(settings: Settings, name: str) -> Iterator[Fence]:
     """``step_lock`` on an engine of its own, for a step that opens its engines itself."""
 
-    engine = make_engine(database_url, lock_wait)
+    engine = warehouse_engine(settings)
     try:
         require_schema(engine)  # the lock table is the schema's
         with step_lock(engine, name) as fence:
