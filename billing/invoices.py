@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from billing import credits
 from billing.plan import fee_pieces
 from billing.pricing import amounts, applied_prices, cents
 from schemas import lines as line_types
@@ -43,6 +44,7 @@ LINE_SCHEMA = pa.schema(
         ("quantity", pa.int64()),
         ("unit_price", PRICE),
         ("amount", AMOUNT),
+        ("grant_id", pa.string()),  # credit lines (and their corrections): the grant applied
     ]
 )
 # What build_lines reads: billable usage of the month (any grain finer than the lines) and plan rows.
@@ -70,7 +72,7 @@ PLAN_SCHEMA = pa.schema(
     ]
 )
 LINE_ORDER = line_types.order()
-KEY = ["account_id", "charge_type", "model", "speed_tier", "token_kind", "unit_price"]
+KEY = ["account_id", "charge_type", "model", "speed_tier", "token_kind", "unit_price", "grant_id"]
 
 
 def month_bounds(month: str) -> tuple[dt.date, dt.date]:
@@ -130,6 +132,7 @@ def plan_fee_lines(plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
             "quantity": joined["days"],
             "unit_price": joined["monthly_fee"],
             "amount": joined["amount"],
+            "grant_id": pa.nulls(n, pa.string()),
         },
         schema=LINE_SCHEMA,
     )
@@ -151,6 +154,7 @@ def _usage_lines(rows: pa.Table, line_type: str, what: str) -> pa.Table:
             "quantity": rows["quantity"],
             "unit_price": rows["unit_price"],
             "amount": rows["amount"],
+            "grant_id": pa.nulls(n, pa.string()),
         },
         schema=LINE_SCHEMA,
     )
@@ -187,9 +191,21 @@ def usage_lines(billable: pa.Table, catalog: Catalog) -> pa.Table:
     )
 
 
-def build_lines(billable: pa.Table, plans: pa.Table, catalog: Catalog, month: str) -> pa.Table:
-    """Every line of every account's invoice for the month, ordered, numbered per account."""
+def build_lines(
+    billable: pa.Table, plans: pa.Table, catalog: Catalog, month: str, grants: pa.Table | None = None
+) -> pa.Table:
+    """Every line of every account's invoice for the month, ordered, numbered per account: plan fees,
+    usage, the minimum commitment's true-up, and the credits of ``grants`` (``billing.credits``:
+    eligible for the month, with their remaining balance) if given."""
     lines = pa.concat_tables([plan_fee_lines(plans, catalog, month), usage_lines(billable, catalog)])
+    first, last = month_bounds(month)
+    true_up = credits.minimum_lines(lines, plans, catalog, first, last)
+    if true_up is not None:
+        lines = pa.concat_tables([lines, true_up])
+    if grants is not None:
+        given = credits.credit_lines(lines, grants)
+        if given is not None:
+            lines = pa.concat_tables([lines, given])
     check_signs(lines)
     return number_lines(lines)
 
@@ -215,7 +231,7 @@ def number_lines(lines: pa.Table) -> pa.Table:
     charge = pc.coalesce(lines["adjusted_type"], lines["line_type"])
     rank = pc.index_in(charge, value_set=pa.array(list(LINE_ORDER)))
     lines = lines.append_column("_rank", pc.fill_null(rank, len(LINE_ORDER)))
-    order = ("account_id", "_rank", "model", "speed_tier", "token_kind", "unit_price", "quantity")
+    order = ("account_id", "_rank", "model", "speed_tier", "token_kind", "unit_price", "quantity", "grant_id")
     lines = lines.sort_by([(c, "ascending") for c in order]).drop_columns(["_rank"])
     accounts = lines["account_id"].combine_chunks()
     n = lines.num_rows
@@ -275,6 +291,7 @@ def _signed(lines: pa.Table, sign: int) -> pa.Table:
             "amount": pc.if_else(negative, pc.negate(lines["amount"]), lines["amount"]),
             "count": pc.multiply(flip, sign),
             "description": description,
+            "grant_id": pc.fill_null(lines["grant_id"], ""),
         }
     )
 
@@ -324,6 +341,7 @@ def difference(truth: pa.Table, billed: pa.Table) -> pa.Table:
                 "quantity": pc.multiply(g["quantity"], sign),
                 "unit_price": g["unit_price"],
                 "amount": pc.if_else(reversal, pc.negate(g["amount"]), g["amount"]),
+                "grant_id": absent_is_null("grant_id"),
             },
             schema=LINE_SCHEMA,
         )

@@ -17,7 +17,7 @@ from pipelines.adoption.commands import retirement_app
 from pipelines.effectiveness.commands import effectiveness_app
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.commands import dq_app, events_app
-from pipelines.invoicing.commands import invoices_app
+from pipelines.invoicing.commands import credits_app, invoices_app
 from pipelines.jobs.commands import jobs_app
 from pipelines.quota.commands import quota_app
 from pipelines.runtime import compat
@@ -46,6 +46,7 @@ app.add_typer(effectiveness_app, name="effectiveness")
 app.add_typer(retirement_app, name="retirement")
 app.add_typer(lake_app, name="lake")
 app.add_typer(invoices_app, name="invoices")
+app.add_typer(credits_app, name="credits")
 app.registered_commands += jobs_app.registered_commands  # run-day and demo: top-level commands
 
 

@@ -148,11 +148,14 @@ class Plan(_Strict):
     monthly_fee: Money  # the fee from the start; later ones are ``fees`` rows
     pools: list[Pool] = Field(default_factory=list)
     fees: list[PlanFee] = Field(default_factory=list)
+    # A commitment: the least the month's charges come to (prorated by the plan's days in the month);
+    # a shortfall is billed as a ``minimum_true_up`` line. None: no commitment.
+    minimum_monthly: Money | None = None
 
-    @field_validator("monthly_fee", mode="before")
+    @field_validator("monthly_fee", "minimum_monthly", mode="before")
     @classmethod
     def _no_float(cls, value: object) -> object:
-        return _no_float(value)
+        return value if value is None else _no_float(value)
 
     @model_validator(mode="after")
     def _fees_in_order(self) -> Plan:

@@ -98,5 +98,6 @@ EXPORT_LINE_SCHEMA = pa.schema(
         ("line_no", pa.int32()),
         ("adjusted_type", pa.string()),  # an adjustment line: the line type it bills again or reverses
         ("description", pa.string()),
+        ("grant_id", pa.string()),  # a credit line (or its correction): the credit grant it applied
     ]
 )

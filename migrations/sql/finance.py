@@ -102,11 +102,13 @@ def _q(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _document_views(dialect: str) -> dict[str, str]:
+def _document_views(dialect: str, credits: bool = False) -> dict[str, str]:
     """Revision 0018 on: documents as customers receive them (issue and due dates, what an adjustment
     corrects, units that make quantity x unit price / unit size = amount) and one row per plan
-    period instead of a joined string; money with two decimals."""
+    period instead of a joined string; money with two decimals. ``credits`` (revision 0021 on): the
+    lines carry the grant a credit line applied."""
     charge = CHARGE
+    grant = ", l.grant_id" if credits else ""
     unit, unit_size = _unit_case(dialect)
     return {
         "finance_invoice_summary": f"""
@@ -133,7 +135,7 @@ SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS documen
        l.token_kind, l.description, l.quantity,
        {unit} AS unit,
        {unit_size} AS unit_size,
-       l.unit_price, {_cents("l.amount", dialect)} AS amount, i.currency
+       l.unit_price, {_cents("l.amount", dialect)} AS amount, i.currency{grant}
 FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id""",
         PLANS_VIEW: f"""
 SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.status,
@@ -351,19 +353,52 @@ LEFT JOIN invoiced v ON v.month = m.month""",
     }
 
 
+def _credit_grants(dialect: str) -> str:
+    """``finance_credit_grants`` (revision 0021 on): one row per grant with what finalized documents
+    took of it (net of corrections), what drafts would take, what remains and whether it is void."""
+    credit = line_types.CREDIT.id
+    return f"""
+WITH taken AS (
+  SELECT l.grant_id,
+         -sum(CASE WHEN i.status = 'finalized' THEN l.amount ELSE 0 END) AS applied,
+         -sum(CASE WHEN i.status = 'draft' THEN l.amount ELSE 0 END) AS in_drafts
+  FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
+  WHERE {CHARGE} = '{credit}' AND l.grant_id IS NOT NULL
+  GROUP BY l.grant_id
+)
+SELECT g.grant_id, g.account_id, g.kind, {_cents("g.amount", dialect)} AS amount, g.currency,
+       g.effective_from, g.expires, g.priority, g.models, g.reason,
+       {_cents("coalesce(t.applied, 0)", dialect)} AS applied,
+       {_cents("g.amount - coalesce(t.applied, 0)", dialect)} AS remaining,
+       {_cents("coalesce(t.in_drafts, 0)", dialect)} AS in_drafts,
+       CASE WHEN v.grant_id IS NULL THEN 0 ELSE 1 END AS void, v.void_date, v.reason AS void_reason,
+       g.loaded_at
+FROM credit_grants g
+LEFT JOIN taken t ON t.grant_id = g.grant_id
+LEFT JOIN credit_voids v ON v.grant_id = g.grant_id"""
+
+
 GAPS_VIEW = "finance_reconciliation_gaps"
+CREDITS_VIEW = "finance_credit_grants"
 PLANS_VIEW = "finance_invoice_plans"
 UNKNOWN_VIEW = "finance_unknown_accounts"
 MONEY_VIEWS = ("finance_revenue", "finance_pool_draws", "finance_pool_reconciliation")
 # made by later revisions: dropped only where they exist
-LATER_VIEWS = (GAPS_VIEW, PLANS_VIEW, UNKNOWN_VIEW, *MONEY_VIEWS)
+LATER_VIEWS = (GAPS_VIEW, PLANS_VIEW, UNKNOWN_VIEW, *MONEY_VIEWS, CREDITS_VIEW)
 
 
-def create(conn: Connection, gaps: bool = False, documents: bool = False, unknown: bool = False) -> None:
+def create(
+    conn: Connection,
+    gaps: bool = False,
+    documents: bool = False,
+    unknown: bool = False,
+    credits: bool = False,
+) -> None:
     """Create the views; ``gaps``: with ``finance_reconciliation_gaps`` (revision 0016 on);
     ``documents``: the document views of revision 0018; ``unknown``: ``finance_unknown_accounts``,
     ``finance_revenue``, ``finance_pool_draws`` and ``finance_pool_reconciliation`` (revision 0019;
-    every later migration passes all three)."""
+    every later migration passes all three); ``credits``: ``finance_credit_grants`` and the lines'
+    ``grant_id`` (revision 0021 on)."""
     from sqlalchemy import inspect
 
     dialect = conn.dialect.name
@@ -372,7 +407,9 @@ def create(conn: Connection, gaps: bool = False, documents: bool = False, unknow
     if gaps:
         views[GAPS_VIEW] = _gaps(dialect)
     if documents:
-        views.update(_document_views(dialect))
+        views.update(_document_views(dialect, credits))
+    if credits:
+        views[CREDITS_VIEW] = _credit_grants(dialect)
     if unknown:
         views[UNKNOWN_VIEW] = _unknown(dialect)
         views.update(_money_views(dialect))

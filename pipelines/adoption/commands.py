@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -59,11 +60,20 @@ def retirement_preview(
             "(each tier with a price on every day of the month)",
         ),
     ] = "all",
+    credits_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--credits-out",
+            help="also write a credits CSV: a promotional grant per account that would pay more, covering "
+            "the increase for --months months on the successor",
+        ),
+    ] = None,
+    months: Annotated[int, typer.Option("--months", help="months the transition credits cover")] = 3,
 ) -> None:
     """What each account would pay for the month if its use of the model had been on the successor
     (preview.csv, preview.json, preview.md). Writes nothing to the warehouse or the lake."""
     from pipelines.adoption.preview import preview  # lazy: apache_beam
-    from pipelines.adoption.preview_files import line, write  # lazy: apache_beam
+    from pipelines.adoption.preview_files import line, write, write_credits  # lazy: apache_beam
 
     s = lake_settings(ctx)
     target = output_folder(out_dir, s.lake, s.landing, create=False)
@@ -73,3 +83,10 @@ def retirement_preview(
         folder = write(result, target)
     out.print(line(result))
     out.print(f"preview in {folder / 'preview.csv'}")
+    if credits_out is not None:
+        n, total = write_credits(result, credits_out, months)
+        out.print(
+            f"transition credits: {n:,} accounts would pay more; {result.currency} {total:,.2f} over "
+            f"{months} months makes the move free for them ({credits_out}; load it with "
+            "`usage-billing credits load`)"
+        )

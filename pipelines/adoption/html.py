@@ -165,6 +165,18 @@ def decision_summary(m: dict) -> list[tuple[str, str]]:
     if unpriced:
         moving += "; not previewed: " + ", ".join(f"{tier_name(c, u['tier'])} ({u['why']})" for u in unpriced)
     rows.append((f"moving to {p['successor']} ({p['month']})", moving))
+    transition = p.get("transition")
+    if transition:
+        rows.append(
+            (
+                "transition credits",
+                f"{money(cur, transition['total'])} in promotional credits on {p['successor']} would make the move "
+                f"free for {transition['months']} months for the {transition['accounts']:,} accounts that would "
+                "pay more (`usage-billing retirement preview --credits-out FILE` writes them)"
+                if transition["accounts"]
+                else "none needed: no affected account would pay more on the successor",
+            )
+        )
     backup = c.get("backup_tank")
     if backup:
         per_week = ", ".join(f"{w['exhausted_accounts']:,}" for w in backup["weeks"])

@@ -4,10 +4,12 @@ the console."""
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
 from decimal import Decimal
 from pathlib import Path
 
+from billing.invoices import month_bounds
 from pipelines.adoption.preview import PreviewResult
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.outputs import atomic, neutralize_value, write_text
@@ -81,3 +83,69 @@ def markdown(result: PreviewResult) -> str:
             f"{cur} {s['median_delta']:+,.2f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+# What the retirement report prices transition credits over, unless --months says otherwise.
+TRANSITION_MONTHS = 3
+CREDIT_COLUMNS = (
+    "grant_id",
+    "account_id",
+    "amount",
+    "kind",
+    "effective_from",
+    "expires",
+    "priority",
+    "models",
+    "reason",
+)
+
+
+def _months_later(day: dt.date, months: int) -> dt.date:
+    index = day.year * 12 + day.month - 1 + months
+    return dt.date(index // 12, index % 12 + 1, 1)
+
+
+def transition_grants(result: PreviewResult, months: int) -> list[dict[str, str]]:
+    """One promotional grant per account that would pay more on the successor: its monthly increase
+    x ``months`` (the largest over the previewed tiers, so the move is free at whichever tier it takes),
+    restricted to the successor, effective the first day after the month, expiring ``months`` later.
+    Rows of the credits CSV (``usage-billing credits load``); ids are stable, so a reload is a no-op."""
+    if months < 1:
+        raise UsageBillingError(f"--months must be at least 1, got {months}")
+    r = result.request
+    increase: dict[str, Decimal] = {}
+    for row in result.rows:
+        if row["delta"] > 0:
+            increase[row["account_id"]] = max(increase.get(row["account_id"], Decimal(0)), row["delta"])
+    start = month_bounds(r.month)[1] + dt.timedelta(days=1)
+    ends = _months_later(start, months)
+    return [
+        {
+            "grant_id": f"transition-{r.model}-{r.month}-{account}"[:200],
+            "account_id": account,
+            "amount": f"{delta * months:.2f}",
+            "kind": "promotional",
+            "effective_from": start.isoformat(),
+            "expires": ends.isoformat(),
+            "priority": "0",
+            "models": r.successor,
+            "reason": f"transition from {r.model} (retiring) to {r.successor}: {months} months of the "
+            "increase",
+        }
+        for account, delta in sorted(increase.items())
+    ]
+
+
+def write_credits(result: PreviewResult, path: str | Path, months: int) -> tuple[int, Decimal]:
+    """Write the transition grants as a credits CSV; returns (grants, their total)."""
+    grants = transition_grants(result, months)
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic(target) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=list(CREDIT_COLUMNS))
+            w.writeheader()
+            w.writerows({k: neutralize_value(v) for k, v in g.items()} for g in grants)
+    except OSError as exc:
+        raise UsageBillingError(f"cannot write the credits to {target}: {exc.strerror or exc}") from None
+    return len(grants), sum((Decimal(g["amount"]) for g in grants), Decimal(0))

@@ -39,6 +39,7 @@ from pipelines.adoption.candidate import (
 from pipelines.adoption.detect import METHOD_VERSION, Decision, decide, projected_crossing, rule_text
 from pipelines.adoption.html import render_html, render_markdown
 from pipelines.adoption.preview import ALL, PreviewResult, compute, resolve
+from pipelines.adoption.preview_files import TRANSITION_MONTHS, transition_grants
 from pipelines.adoption.preview_files import write as write_preview
 from pipelines.adoption.report import ModelReport, RetirementReport, to_json
 from pipelines.adoption.terms import definitions
@@ -279,11 +280,19 @@ def _preview_facts(
         "folder": preview_folder(model),
         "revenue_at_stake": str(result.revenue_at_stake),
         "affected_accounts": len({r["account_id"] for r in result.rows}),
+        "transition": _transition(result),
         "tiers": {
             t: {k: str(v) if isinstance(v, Decimal) else v for k, v in s.items()}
             for t, s in result.tiers.items()
         },
     }
+
+
+def _transition(result: PreviewResult) -> dict[str, Any]:
+    """What transition credits would cost: the grants ``retirement preview --credits-out`` writes."""
+    grants = transition_grants(result, TRANSITION_MONTHS)
+    total = sum((Decimal(g["amount"]) for g in grants), Decimal(0))
+    return {"months": TRANSITION_MONTHS, "accounts": len(grants), "total": str(total)}
 
 
 def store(engine: Engine, report: RetirementReport) -> None:

@@ -72,6 +72,7 @@ def simulate(scenario: str, rng: np.random.Generator, weeks: int = 13, base: flo
 def run_detector(models: dict[str, Simulated], cfg) -> dict[str, bool]:
     """Flag models as the weekly report does: detected on the last ``cfg.weeks`` weeks and on the
     window one week earlier (the previous run), failed weeks left out. Returns model -> flagged."""
+
     def window(sim: Simulated, end: int) -> dict:
         idx = np.arange(end - cfg.weeks, end)
         keep = idx[~sim.dq_failed[idx]]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from pipelines.errors import UsageBillingError
 from pipelines.runtime.console import (
+    AccountOpt,
     MonthOpt,
     OptionalAccountOpt,
     OutOpt,
@@ -120,3 +124,101 @@ def invoices_export(
             "finalized and void documents; drafts are numbered by "
             f"`usage-billing invoices finalize --month {month}`"
         )
+
+
+credits_app = typer.Typer(
+    no_args_is_help=False, help="Prepaid and promotional credits: load, grant, void, show."
+)
+
+
+@credits_app.command("load")
+def credits_load(ctx: typer.Context, file: Path) -> None:
+    """Load a credits CSV (grant_id,account_id,amount,kind,effective_from,expires,priority,models,reason):
+    all rows or none; a grant id loaded already must be identical."""
+    from pipelines.invoicing import credits  # lazy: apache_beam
+
+    r = credits.load(warehouse_of(ctx), file, settings_of(ctx).catalog)
+    out.print(
+        f"loaded {r.loaded:,} credit grants from {file} ({r.unchanged:,} were loaded already, unchanged)"
+    )
+
+
+@credits_app.command("grant")
+def credits_grant(
+    ctx: typer.Context,
+    grant_id: Annotated[str, typer.Option("--grant", help="the new grant's id")],
+    account: AccountOpt,
+    amount: Annotated[str, typer.Option("--amount", help="in the catalog currency, at most 2 decimals")],
+    kind: Annotated[str, typer.Option("--kind", help="paid | promotional")],
+    effective_from: Annotated[str, typer.Option("--from", help="first account-local day, YYYY-MM-DD")],
+    expires: Annotated[str, typer.Option("--expires", help="account-local day it ends (exclusive)")] = "",
+    priority: Annotated[str, typer.Option("--priority", help="lower is applied first")] = "0",
+    models: Annotated[str, typer.Option("--models", help="model ids separated by ';' (default: all)")] = "",
+    reason: Annotated[str, typer.Option("--reason", help="shown on the customer's documents")] = "",
+) -> None:
+    """Add one grant, by the rules of a credits file's row."""
+    from pipelines.invoicing import credits  # lazy: apache_beam
+
+    fields = {
+        "grant_id": grant_id,
+        "account_id": account,
+        "amount": amount,
+        "kind": kind,
+        "effective_from": effective_from,
+        "expires": expires,
+        "priority": priority,
+        "models": models,
+        "reason": reason,
+    }
+    r = credits.grant(warehouse_of(ctx), settings_of(ctx).catalog, fields)
+    state = "granted" if r.loaded else "was granted already (identical)"
+    out.print(f"credit {grant_id} {state}: {amount} {settings_of(ctx).catalog.currency} to {account}")
+
+
+@credits_app.command("void")
+def credits_void(
+    ctx: typer.Context,
+    grant_id: Annotated[str, typer.Option("--grant", help="the grant to end")],
+    reason: Annotated[str, typer.Option("--reason", help="why (recorded)")],
+    on: Annotated[
+        str | None, typer.Option("--on", help="UTC date it takes effect (default today), YYYY-MM-DD")
+    ] = None,
+) -> None:
+    """End a grant for every month whose last day is on or after the void date."""
+    from pipelines.invoicing import credits  # lazy: apache_beam
+
+    day = _iso_date(on, "--on") if on else None
+    done = credits.void(warehouse_of(ctx), grant_id, reason, day)
+    out.print(f"voided credit {grant_id} for months ending on or after {done}")
+
+
+def _iso_date(value: str, option: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise UsageBillingError(f"{option} {value!r} is not a date (YYYY-MM-DD)") from None
+
+
+@credits_app.command("show")
+def credits_show(ctx: typer.Context, account: AccountOpt) -> None:
+    """Each grant of an account: amount, applied per month, remaining, expiry."""
+    from pipelines.invoicing import credits  # lazy: apache_beam
+
+    views = credits.show(warehouse_of(ctx), account)
+    if not views:
+        out.print(f"{account} has no credit grants")
+        return
+    for v in views:
+        g = v.grant
+        ends = f"expires {g.expires}" if g.expires else "never expires"
+        void = f", VOID from {v.void_date}" if v.void_date else ""
+        only = f", only {g.models.replace(';', ', ')}" if g.models else ""
+        out.print(
+            f"{g.grant_id}  {g.kind}  {g.amount:,.2f} {v.currency}  from {g.effective_from}, {ends}{void}"
+            f"{only}, priority {g.priority}: {g.reason or '-'}"
+        )
+        for month, amount in v.applied.items():
+            out.print(f"    {month}  applied  {amount:,.2f}")
+        for month, amount in v.drafted.items():
+            out.print(f"    {month}  in drafts  {amount:,.2f} (not finalized)")
+        out.print(f"    remaining  {v.remaining:,.2f}")

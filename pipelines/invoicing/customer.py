@@ -90,6 +90,15 @@ def _fee_text(line: dict, currency: str, periods: list[dict]) -> str:
 
 
 FEE, INCLUDED, OVERAGE = line_types.PLAN_FEE.id, line_types.INCLUDED.id, line_types.OVERAGE.id
+MINIMUM, CREDIT = line_types.MINIMUM_TRUE_UP.id, line_types.CREDIT.id
+# Lines without a model group under a name of their own, listed before the usage groups.
+OWN_GROUPS = {FEE: ("", "0 fee"), MINIMUM: ("", "1 minimum")}
+GROUP_TITLES = {"0 fee": "Plan", "1 minimum": "Minimum commitment"}
+SUMMARY_TITLES = {"0 fee": "Plan fee", "1 minimum": line_types.MINIMUM_TRUE_UP.label}
+
+
+def _group(line: dict) -> tuple[str, str]:
+    return OWN_GROUPS.get(_charge(line)) or (line["model"], line["speed_tier"])
 
 
 def _summary(lines: list[dict], currency: str, adjustment: bool, labels: dict[str, str]) -> list[str]:
@@ -97,7 +106,7 @@ def _summary(lines: list[dict], currency: str, adjustment: bool, labels: dict[st
     rows: dict[tuple, dict] = {}
     for line in lines:
         charge = _charge(line)
-        key = ("", "") if charge == FEE else (line["model"], line["speed_tier"])
+        key = _group(line)
         row = rows.setdefault(key, {"included": 0, "charged": 0, "amount": Decimal(0)})
         if charge == INCLUDED:
             row["included"] += line["quantity"]
@@ -113,7 +122,8 @@ def _summary(lines: list[dict], currency: str, adjustment: bool, labels: dict[st
     for (model, tier), row in sorted(rows.items()):
         if not model:
             out.append(
-                f"<tr><td>Plan fee</td><td></td><td></td><td></td><td class=n>{money(row['amount'])}</td></tr>"
+                f"<tr><td>{_e(SUMMARY_TITLES[tier])}</td><td></td><td></td><td></td>"
+                f"<td class=n>{money(row['amount'])}</td></tr>"
             )
             continue
         used = row["included"] + row["charged"]
@@ -131,15 +141,14 @@ def _detail(
 ) -> list[str]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for line in lines:
-        key = ("", "") if _charge(line) == FEE else (line["model"], line["speed_tier"])
-        groups[key].append(line)
+        groups[_group(line)].append(line)
     out = [
         "<table class='detail'><thead><tr><th>Description</th><th class=n>Quantity</th>"
         f"<th class=n>Unit price ({_e(currency)})</th><th class=n>Amount ({_e(currency)})</th></tr></thead>"
     ]
     covered = []  # groups of included usage only: one line at the end, their figures are in the summary
     for (model, tier), rows in sorted(groups.items()):
-        title = "Plan" if not model else group_label(model, tier, labels)
+        title = GROUP_TITLES[tier] if not model else group_label(model, tier, labels)
         subtotal = sum((r["amount"] for r in rows), Decimal(0))
         if model and all(_charge(r) == INCLUDED for r in rows):
             covered.append(title)
@@ -158,6 +167,10 @@ def _detail(
                 text = _fee_text(r, currency, periods)
                 quantity = f"{abs(r['quantity'])} days"
                 unit_price = f"{price(r['unit_price'])} / month"
+            elif charge == MINIMUM:
+                described = (r["description"] or "").removeprefix("previously billed: ")
+                text = f"Shortfall to the {described[:1].lower()}{described[1:]}"
+                quantity, unit_price = "", ""
             else:
                 text = f"{tokens.label(r['token_kind'])} beyond the allowances"
                 quantity = count(r["quantity"])
@@ -200,12 +213,16 @@ def render(
     periods: list[dict],
     corrected: dict | None = None,
     labels: dict[str, str] | None = None,
+    grants: dict[str, dict] | None = None,
 ) -> str:
     """The document's page. ``doc``: an export row of the document with its customer and seller;
     ``lines`` and ``periods`` (its plan periods) as exported; ``corrected``: the document an
     adjustment corrects (its number and issue date), when known; ``labels``: the catalog's speed
-    tier labels by id."""
+    tier labels by id; ``grants``: for each grant of the document's credit lines, its ``reason``,
+    ``kind`` and what ``remaining`` of it after this document."""
     labels = labels or DEFAULT_LABELS
+    credit_lines = [line for line in lines if _charge(line) == CREDIT]
+    lines = [line for line in lines if _charge(line) != CREDIT]
     currency = doc["currency"]
     adjustment = doc["document_type"] == line_types.ADJUSTMENT_DOCUMENT
     title = "Adjustment" if adjustment else "Invoice"
@@ -257,7 +274,11 @@ def render(
         parts.append(f"<p class='plans'>Plan: {_e(listed)}</p>")
     parts.append("<h2>Summary</h2>")
     parts += _summary(lines, currency, adjustment, labels) if lines else ["<p>No charges.</p>"]
+    if credit_lines:
+        parts += _credits(lines, credit_lines, grants or {}, currency, adjustment)
     due = "Total due" if doc["total"] >= 0 else "Total credited to the account"
+    if credit_lines and doc["total"] >= 0:
+        due = "Total due after credits"
     parts.append(
         f"<p class='total'>{due} <b class=n>{_e(money(abs(doc['total']), currency))}</b>"
         + (f" by {_e(day_text(doc['due_date']))}" if doc["due_date"] and doc["total"] > 0 else "")
@@ -272,6 +293,40 @@ def render(
         "rounded amounts.</p></body></html>"
     )
     return "\n".join(parts)
+
+
+def _credits(
+    lines: list[dict], credit_lines: list[dict], grants: dict[str, dict], currency: str, adjustment: bool
+) -> list[str]:
+    """The charges before credits, then "Credits applied": each grant's reason, what it covered here
+    and what remains of it after this document."""
+    charges = sum((line["amount"] for line in lines), Decimal(0))
+    applied: dict[str, Decimal] = defaultdict(Decimal)
+    for line in credit_lines:
+        applied[line["grant_id"] or ""] += line["amount"]
+    change = " (change)" if adjustment else ""
+    out = [
+        f"<p class='charges'>Charges{change} <b class=n>{_e(money(charges, currency))}</b></p>",
+        "<h2>Credits applied</h2>",
+        "<table class='credits'><thead><tr><th>Credit</th><th>Reason</th>"
+        f"<th class=n>Applied{change} ({_e(currency)})</th><th class=n>Remaining after this document</th>"
+        "</tr></thead><tbody>",
+    ]
+    for grant_id, amount in sorted(applied.items()):
+        info = grants.get(grant_id, {})
+        kind = {"paid": "prepaid", "promotional": "promotional"}.get(info.get("kind", ""), "")
+        remaining = info.get("remaining")
+        out.append(
+            f"<tr><td>{_e(grant_id)}{f' ({kind})' if kind else ''}</td><td>{_e(info.get('reason') or '')}</td>"
+            f"<td class=n>{money(amount)}</td>"
+            f"<td class=n>{money(remaining) if remaining is not None else ''}</td></tr>"
+        )
+    total = sum(applied.values(), Decimal(0))
+    out.append(
+        f"</tbody><tfoot><tr><th colspan=2>Credits applied{change}</th><th class=n>{money(total)}</th>"
+        "<th></th></tr></tfoot></table>"
+    )
+    return out
 
 
 CSS = """
@@ -289,6 +344,8 @@ th,td{padding:.22rem .45rem;text-align:left;vertical-align:top}
 tr.group th{background:#f1f3f5}
 tr.included td{color:#555}
 .total{font-size:13pt;text-align:right;margin:.8rem 0}
+.charges{text-align:right;margin:.6rem 0 0}
+.credits td,.credits th{border-bottom:1px solid #ddd}
 .corrects,.plans{background:#f8f9fa;padding:.4rem .6rem}
 .void{border:2px solid #b00;color:#b00;font-weight:bold;padding:.4rem .6rem;text-align:center}
 .foot{color:#666;font-size:8.5pt;margin-top:1.2rem}

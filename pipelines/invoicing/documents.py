@@ -53,8 +53,8 @@ from billing.invoices import (
 )
 from billing.pricing import MissingPriceError
 from pipelines.errors import UsageBillingError
-from pipelines.invoicing import history
-from pipelines.invoicing.months import check_month, open_reason, stale_reason
+from pipelines.invoicing import credits, history
+from pipelines.invoicing.months import check_month, month_lock, open_reason, stale_reason
 from pipelines.runtime import faults
 from pipelines.warehouse.engine import insert_arrow, read_arrow
 from pipelines.warehouse.locks import step_lock
@@ -83,12 +83,6 @@ class DraftResult:
     replaced_drafts: int
     open_month: bool = False  # the month was not closed: the drafts are marked and cannot be finalized
     unknown: tuple[UnknownAccount, ...] = ()  # drafts of never-held accounts nobody accepted yet
-
-
-def month_lock(month: str) -> str:
-    """The step lock every draft, finalize and void of ``month`` holds (warehouse.locks: a second run
-    exits 75 or waits USAGE_BILLING_LOCK_WAIT seconds)."""
-    return f"invoices {month}"
 
 
 def lock_month(conn: Connection, month: str) -> None:
@@ -122,8 +116,9 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
             )
         billable = billable_by_price(conn, first, last)
         plans = _plans(conn, first, last)
+        grants = credits.grants_for_draft(conn, month)
         try:
-            truth = build_lines(billable, plans, catalog, month)
+            truth = build_lines(billable, plans, catalog, month, grants)
         except MissingPriceError as exc:
             raise UsageBillingError(f"cannot draft {month}: {exc}") from None
         replaced = _delete_drafts(conn, month)
@@ -303,6 +298,7 @@ def finalize(
         refuse_unless_accepted(conn, month, accept_unknown, catalog.currency)
         history.check(conn, catalog, f"cannot finalize {month}")
         history.check_drafts(conn, catalog, month)
+        credits.check_finalize(conn, month)
         billed = history.used_by(conn, catalog, month)
         last_query = select(counter.c.last_number).where(counter.c.period == month)
         if conn.dialect.name == "postgresql":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as csv
 import pyarrow.parquet as pq
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from billing.invoices import LINE_SCHEMA, PLAN_PERIOD_SCHEMA, charge_types, units
 from pipelines.errors import UsageBillingError
@@ -30,8 +31,9 @@ from pipelines.invoicing.months import check_month
 from pipelines.invoicing.pdf import write_pdfs
 from pipelines.runtime.outputs import atomic, neutralize, output_folder, write_text
 from pipelines.warehouse.engine import read_arrow
+from schemas import lines as line_types
 from schemas.lake import DOCUMENT_COLUMNS, EXPORT_INVOICE_SCHEMA, EXPORT_LINE_SCHEMA
-from schemas.warehouse import Invoice, InvoiceLine, InvoicePlan
+from schemas.warehouse import CreditGrant, Invoice, InvoiceLine, InvoicePlan
 
 FORMATS = ("csv", "parquet", "html", "pdf")
 INVOICE_COLUMNS = tuple(EXPORT_INVOICE_SCHEMA.names)
@@ -89,6 +91,7 @@ def export(
     if not str(out).strip():
         raise UsageBillingError("--out is empty: give the folder to write to")
     docs, lines, plans = _read(engine, month, account)
+    balances = credit_balances(engine, docs, lines)
     if account is not None and docs.num_rows == 0:
         raise UsageBillingError(f"account {account!r} has no numbered document for {month}")
     out = output_folder(out, lake, landing)
@@ -104,7 +107,9 @@ def export(
                         else:  # for machines: the raw values
                             pq.write_table(table, tmp)
         if "html" in chosen or "pdf" in chosen:
-            pages = document_pages(docs, lines, plans, month, labels=tier_labels)  # a batch at a time
+            pages = document_pages(
+                docs, lines, plans, month, labels=tier_labels, credits=balances
+            )  # a batch at a time
             if "html" in chosen:
                 pages = _written_as_html(pages, out / "html", counts)
             if "pdf" in chosen:
@@ -153,6 +158,60 @@ def _read(engine: Engine, month: str, account: str | None) -> tuple[pa.Table, pa
     )
 
 
+def credit_balances(engine: Engine, docs: pa.Table, lines: pa.Table) -> dict[str, dict[str, dict]]:
+    """number -> grant -> {"reason", "kind", "amount", "remaining"} for each credit line of the documents:
+    the grant's reason and what remains of it after that document (the grant's amount less what the
+    finalized documents of the account's earlier months and this month's documents up to this one took)."""
+    credit = line_types.CREDIT.id
+    ids = sorted(set(lines.filter(pc.is_valid(lines["grant_id"]))["grant_id"].to_pylist()))
+    if not ids:
+        return {}
+    g = CreditGrant.__table__.c
+    i, line = Invoice.__table__.c, InvoiceLine.__table__.c
+    grants: dict[str, dict] = {}
+    taken: list = []
+    with engine.connect() as conn:
+        for k in range(0, len(ids), 500):
+            chunk = ids[k : k + 500]
+            for r in conn.execute(
+                select(g.grant_id, g.reason, g.kind, g.amount).where(g.grant_id.in_(chunk))
+            ):
+                grants[r.grant_id] = {"reason": r.reason, "kind": r.kind, "amount": Decimal(str(r.amount))}
+            taken += conn.execute(
+                select(line.grant_id, i.period, i.sequence, i.status, i.invoice_number, line.amount)
+                .select_from(InvoiceLine.__table__.join(Invoice.__table__, line.invoice_id == i.invoice_id))
+                .where(
+                    line.grant_id.in_(chunk),
+                    func.coalesce(line.adjusted_type, line.line_type) == credit,
+                )
+            ).all()
+    wanted = set(docs["invoice_number"].to_pylist())
+    by_grant: dict[str, list] = {}
+    for t in taken:
+        by_grant.setdefault(t.grant_id, []).append(t)
+    out: dict[str, dict[str, dict]] = {}
+    for grant_id, rows in by_grant.items():
+        info = grants.get(grant_id)
+        for r in rows:
+            if info is None or r.invoice_number not in wanted:
+                continue
+            here = (r.period, r.sequence)
+            before = [
+                t
+                for t in rows
+                if t.invoice_number == r.invoice_number
+                or (t.status == "finalized" and (t.period, t.sequence) < here)
+            ]
+            used = sum((-Decimal(str(t.amount)) for t in before), Decimal(0))
+            out.setdefault(r.invoice_number, {})[grant_id] = {
+                "reason": info["reason"],
+                "kind": info["kind"],
+                "amount": info["amount"],
+                "remaining": (info["amount"] - used).quantize(Decimal("0.01")),
+            }
+    return out
+
+
 def export_lines(lines: pa.Table, docs: pa.Table, month: str) -> pa.Table:
     """The lines with their document's columns and their unit (quantity x unit_price / unit_size =
     amount), in the export's column order."""
@@ -192,6 +251,7 @@ def document_pages(
     month: str,
     batch: int = 2_000,
     labels: dict[str, str] | None = None,
+    credits: dict[str, dict[str, dict]] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """(number, HTML page) of each document, made ``batch`` documents at a time (only a batch's rows
     are Python objects at once: 100,000 documents hold over a million lines)."""
@@ -210,7 +270,11 @@ def document_pages(
                 corrected = {"invoice_number": doc["corrects"], "issued": when.date() if when else None}
             own_lines = batch_lines[line_at[i] - line_at[first] : line_at[i + 1] - line_at[first]]
             own_plans = batch_plans[plan_at[i] - plan_at[first] : plan_at[i + 1] - plan_at[first]]
-            yield doc["invoice_number"], customer.render(doc, own_lines, own_plans, corrected, labels)
+            grants = (credits or {}).get(doc["invoice_number"], {})
+            yield (
+                doc["invoice_number"],
+                customer.render(doc, own_lines, own_plans, corrected, labels, grants),
+            )
 
 
 def write_index(folder: Path, docs: pa.Table) -> None:

@@ -133,3 +133,9 @@ def stale_reason(conn: Connection, catalog: Catalog, month: str) -> str | None:
         f"local day {stale[0].day} is out of date ({stale[0].why}; {len(stale)} day(s) of the month): "
         f"run `usage-billing run-day --date ...` or `usage-billing quota meter --stale`"
     )
+
+
+def month_lock(month: str) -> str:
+    """The step lock every draft, finalize and void of ``month`` holds (warehouse.locks: a second run
+    exits 75 or waits USAGE_BILLING_LOCK_WAIT seconds)."""
+    return f"invoices {month}"

@@ -15,6 +15,8 @@ from schemas.warehouse.base import (
 from schemas.warehouse.billing import (
     BillableUsage,
     BilledCatalogRow,
+    CreditGrant,
+    CreditVoid,
     Invoice,
     InvoiceCounter,
     InvoiceLine,
@@ -57,6 +59,8 @@ __all__ = [
     "Base",
     "BillableUsage",
     "BilledCatalogRow",
+    "CreditGrant",
+    "CreditVoid",
     "DqAcceptance",
     "DqResult",
     "EffectivenessQueue",

@@ -198,6 +198,9 @@ class InvoiceLine(Base):
         Numeric(20, 6), comment=f"per 1M tokens; the monthly fee for {lines.PLAN_FEE.id}"
     )
     amount: Mapped[Decimal] = mapped_column(Numeric(20, 2))
+    grant_id: Mapped[str | None] = mapped_column(
+        String(200), comment=f"{lines.CREDIT.id} lines (and their corrections): the grant applied"
+    )
 
 
 class InvoicePlan(Base):
@@ -258,3 +261,40 @@ class BilledCatalogRow(Base):
     last_day: Mapped[dt.date] = mapped_column(comment="last day priced")
     first_document: Mapped[str | None] = mapped_column(String(20), comment="first document it priced")
     recorded_at: Mapped[dt.datetime]
+
+
+class CreditGrant(Base):
+    """A prepaid (``paid``) or given (``promotional``) credit of an account (``credits load`` /
+    ``credits grant``). Immutable once loaded (the database refuses updates and deletes): a grant ends
+    by a ``credit_voids`` row, a new fact."""
+
+    __tablename__ = "credit_grants"
+
+    grant_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    account_id: Mapped[str] = mapped_column(index=True)
+    amount: Mapped[Decimal] = mapped_column(Numeric(20, 2), comment="in the catalog currency, > 0")
+    currency: Mapped[str] = mapped_column(String(3))
+    kind: Mapped[str] = mapped_column(String(16), comment="paid | promotional")
+    effective_from: Mapped[dt.date] = mapped_column(comment="account-local date")
+    expires: Mapped[dt.date | None] = mapped_column(comment="account-local date, exclusive; null = never")
+    priority: Mapped[int] = mapped_column(Integer, comment="lower is applied first (after expiry and kind)")
+    models: Mapped[str | None] = mapped_column(
+        String(1000), comment="model ids separated by ';' whose usage it covers; null = every charge"
+    )
+    reason: Mapped[str] = mapped_column(String(1000))
+    loaded_at: Mapped[dt.datetime]
+    source: Mapped[str] = mapped_column(String(1000), comment="the file loaded, or 'credits grant'")
+
+
+class CreditVoid(Base):
+    """A grant ended (``credits void``): ineligible for every month whose last day is on or after
+    ``void_date`` (UTC). Append-only; a grant has at most one."""
+
+    __tablename__ = "credit_voids"
+
+    grant_id: Mapped[str] = mapped_column(
+        String(200), ForeignKey("credit_grants.grant_id", ondelete="RESTRICT"), primary_key=True
+    )
+    void_date: Mapped[dt.date] = mapped_column(comment="UTC date the void takes effect")
+    reason: Mapped[str] = mapped_column(String(1000))
+    voided_at: Mapped[dt.datetime]

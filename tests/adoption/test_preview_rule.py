@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from billing.invoices import BILLABLE_SCHEMA
 from pipelines.adoption.preview import ALL, KEEP, compute, resolve
 from pipelines.errors import UsageBillingError
 from schemas.catalog import parse_catalog
@@ -206,3 +207,42 @@ def test_a_month_without_the_model_is_one_line(lake_root):
     request = resolve(CATALOG, "f", "2026-07", None, ALL)
     with pytest.raises(UsageBillingError, match="no account used f on a local day of 2026-07"):
         compute(CATALOG, lake_root, ACCOUNTS, request, ALL)
+
+
+def test_transition_credits_make_the_move_free_for_those_who_would_pay_more(lake_root, tmp_path):
+    from billing.credits import GRANT_SCHEMA
+    from billing.invoices import build_lines
+    from pipelines.adoption.preview_files import transition_grants, write_credits
+
+    result = _run(lake_root, ALL)
+    # the largest increase over the previewed tiers (priority: a 42.60 - 31.60, b 0.40 - 0.10), x 3
+    grants = {g["account_id"]: g for g in transition_grants(result, 3)}
+    assert sorted(grants) == ["a", "b"]
+    a = grants["a"]
+    assert (a["amount"], grants["b"]["amount"]) == ("33.00", "0.90")
+    assert (a["kind"], a["models"], a["effective_from"], a["expires"]) == (
+        "promotional",
+        "s",
+        "2026-07-01",  # the first day after the month
+        "2026-10-01",  # three months later: eligible for July, August and September
+    )
+    assert write_credits(result, tmp_path / "credits.csv", 3) == (2, Decimal("33.90"))
+    assert transition_grants(_run(lake_root, KEEP, successor="f"), 3) == []  # nobody pays more
+    # July, with June's use of f on s at standard: the grant covers the successor's charges
+    row = {"account_id": "a", "model": "s", "speed_tier": "standard", "price_from": D(2026, 1, 1)}
+    row |= {"rate_day": D(2026, 7, 5), "last_rate_day": D(2026, 7, 12), "included_tokens": 0}
+    billable = pa.Table.from_pylist(
+        [
+            {**row, "token_kind": kind, "overage_tokens": n}
+            for kind, n in (("input", 300_000), ("output", 900_000))
+        ],
+        schema=BILLABLE_SCHEMA,
+    )
+    given = {k: a[k] for k in ("grant_id", "account_id", "kind", "reason", "models")}
+    given |= {"effective_from": D(2026, 7, 1), "expires": D(2026, 10, 1), "priority": 0}
+    grant = pa.Table.from_pylist([{**given, "remaining": Decimal("33.00")}], schema=GRANT_SCHEMA)
+    plans = ACCOUNTS.select(["account_id", "plan", "active_from", "active_until"]).slice(0, 1)
+    lines = build_lines(billable, plans, CATALOG, "2026-07", grant).to_pylist()
+    credit = [r for r in lines if r["line_type"] == "credit"]
+    assert [(r["grant_id"], r["amount"]) for r in credit] == [(a["grant_id"], Decimal("-7.80"))]
+    assert sum(r["amount"] for r in lines) == Decimal("30.00")  # the plan fee: the move cost nothing

@@ -22,6 +22,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
+from pipelines.invoicing import credits
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.export import export
 from pipelines.settings import Settings
@@ -52,6 +53,7 @@ def finance_db(postgres_url, tmp_path_factory, small_landing, catalog) -> str:  
     load_accounts(engine, landing / "accounts.csv", catalog)
     run_day(settings, small_dates())
     close_month(settings, MONTH, root)
+    _grant_credits(engine, catalog, landing, root)
     invoicing.draft(engine, catalog, MONTH)
     invoicing.finalize(engine, catalog, MONTH)
     late_day = small_dates()[-1] + dt.timedelta(days=1)
@@ -79,6 +81,29 @@ def finance_db(postgres_url, tmp_path_factory, small_landing, catalog) -> str:  
     invoicing.draft(engine, catalog, "2026-04", open_month=True)  # drafts of an open month beside it
     engine.dispose()
     return postgres_url
+
+
+def _grant_credits(engine, catalog, landing, root) -> None:  # type: ignore[no-untyped-def]
+    """Credits for three accounts with usage: a prepaid block, a promotional credit for one model that
+    expires with March, one that starts after March (not applied yet) and one voided at once."""
+    with engine.connect() as conn:
+        first, second, third = conn.execute(
+            text("SELECT DISTINCT account_id FROM billable_usage ORDER BY account_id LIMIT 3")
+        ).scalars()
+        model = conn.execute(
+            text("SELECT model FROM billable_usage WHERE account_id = :a AND overage_tokens > 0 LIMIT 1"),
+            {"a": second},
+        ).scalar()
+    path = root / "credits.csv"
+    path.write_text(
+        "grant_id,account_id,amount,kind,effective_from,expires,priority,models,reason\n"
+        f"prepaid-1,{first},25.00,paid,2026-01-15,,0,,prepaid block\n"
+        f"promo-1,{second},0.50,promotional,2026-03-01,2026-04-01,0,{model or ''},launch offer\n"
+        f"promo-2,{third},40.00,promotional,2026-04-01,,0,,next quarter\n"
+        f"promo-3,{third},40.00,promotional,2026-03-01,,0,,given by mistake\n"
+    )
+    credits.load(engine, path, catalog)
+    credits.void(engine, "promo-3", "given by mistake", dt.date(2026, 3, 1))
 
 
 def _psql(url: str, sql: str, user: str = "finance_reader") -> subprocess.CompletedProcess:
@@ -147,6 +172,8 @@ def _raw(url: str) -> dict:
         ]
         known = {r[0] for r in conn.execute(text("SELECT DISTINCT account_id FROM accounts"))}
         accepted = [dict(r._mapping) for r in conn.execute(text("SELECT * FROM unknown_account_acceptances"))]
+        grants = [dict(r._mapping) for r in conn.execute(text("SELECT * FROM credit_grants"))]
+        voided = {r[0] for r in conn.execute(text("SELECT grant_id FROM credit_voids"))}
     engine.dispose()
     by_id = {d["invoice_id"]: d for d in docs}
     for line in lines:
@@ -164,6 +191,8 @@ def _raw(url: str) -> dict:
         "billable": billable,
         "known": known,
         "accepted": accepted,
+        "grants": grants,
+        "voided": voided,
     }
 
 
@@ -406,6 +435,32 @@ def _expect_17(raw: dict) -> list[tuple]:
     return [r[:-1] for r in sorted(out, key=lambda r: (r[0], r[1], r[-1]))]
 
 
+def _expect_18(raw: dict) -> list[tuple]:
+    kinds = {g["grant_id"]: g["kind"] for g in raw["grants"]}
+    credit = [r for r in raw["lines"] if r["status"] == "finalized" and r["charge"] == "credit"]
+    amounts = _sum_by(credit, lambda r: (r["period"], kinds[r["grant_id"]]), lambda r: -r["amount"])
+    docs = {d["invoice_id"]: d["account_id"] for d in raw["docs"]}
+    accounts: dict = defaultdict(set)
+    for r in credit:
+        accounts[(r["period"], kinds[r["grant_id"]])].add(docs[r["invoice_id"]])
+    assert amounts, "the scenario applies credits"
+    return [(*k, len(accounts[k]), v) for k, v in sorted(amounts.items())]
+
+
+def _expect_19(raw: dict) -> list[tuple]:
+    credit = [r for r in raw["lines"] if r["status"] == "finalized" and r["charge"] == "credit"]
+    applied = _sum_by(credit, lambda r: r["grant_id"], lambda r: -r["amount"])
+    out = []
+    for g in raw["grants"]:
+        left = Decimal(g["amount"]) - applied.get(g["grant_id"], Decimal(0))
+        if g["grant_id"] not in raw["voided"] and left > 0:
+            used = applied.get(g["grant_id"], Decimal(0))
+            expires = g["expires"].isoformat() if g["expires"] else None
+            out.append((g["account_id"], g["grant_id"], g["kind"], g["amount"], used, left, expires))
+    # PostgreSQL sorts an empty expiry (never) last
+    return sorted(out, key=lambda r: (r[6] is None, r[6] or "", r[0], r[1]))
+
+
 EXPECTED = [
     _expect_1,
     _expect_2,
@@ -424,6 +479,8 @@ EXPECTED = [
     _expect_15,
     _expect_16,
     _expect_17,
+    _expect_18,
+    _expect_19,
 ]
 # The questions whose answers the exports hold (the reconciliation, the pools and the plan periods are
 # in the warehouse only): each is also checked against invoices.csv and invoice_lines.csv.

@@ -55,6 +55,7 @@ for dag_id, logical, conf, env in json.loads(sys.argv[2]):
     print("RESULT " + json.dumps({"state": str(run.state), "tasks": states}), flush=True)
 """
 
+
 def _env(home: Path, settings: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "USAGE_BILLING"))}
     env.update(

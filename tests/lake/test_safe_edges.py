@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from pipelines.cli import main
-from pipelines.invoicing.documents import month_lock
+from pipelines.invoicing.months import month_lock
 from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine
 from pipelines.warehouse.locks import step_lock

@@ -28,7 +28,9 @@ def test_default_catalog_tells_the_scenario(catalog):
         dt.date(2026, 8, 31),
     ]
     assert len(catalog.models) >= 4
-    assert {p.id for p in catalog.plans} == {"free", "plus", "pro"}
+    assert {p.id for p in catalog.plans} == {"free", "plus", "pro", "team"}
+    assert catalog.plan("team").minimum_monthly == Decimal("1000.00")  # a commitment
+    assert all(p.minimum_monthly is None for p in catalog.plans if p.id != "team")
     assert tiers_sold(catalog, "gpt-5.6-sol", dt.date(2026, 8, 12)) == ["standard", "priority"]
     assert tiers_sold(catalog, "gpt-5.6-sol", dt.date(2026, 8, 13)) == ["standard", "priority", "ultrafast"]
     pro = catalog.plan("pro")

@@ -24,6 +24,10 @@ HISTORY = "migrations/versions/"
 
 TIERS = {t for t, _ in DEFAULT_TIERS}
 NAMES = TIERS | set(tokens.ids()) | set(tokens.fields()) | {t.id for t in lines.LINES}
+# A default tier's id that is also the name of a field: a pool's and a credit grant's ``priority`` (the
+# order they are drawn or applied in). The bare literal is that field; a tier named in SQL or other
+# text ('priority') is still found below.
+FIELD_NAMES = {"priority"}
 # Names that are distinctive inside longer text (SQL, column lists): found as words there, too.
 WORDS = re.compile(r"\b(" + "|".join(sorted((n for n in NAMES if "_" in n), key=len, reverse=True)) + r")\b")
 QUOTED = re.compile(r"'(" + "|".join(sorted(NAMES, key=len, reverse=True)) + r")'")
@@ -48,6 +52,8 @@ def literals(path: Path) -> list[tuple[int, str]]:
         if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in skip:
             continue
         text = node.value
+        if text in FIELD_NAMES:
+            continue
         names = {text} & NAMES or {m.group(1) for m in WORDS.finditer(text)} | {
             m.group(1) for m in QUOTED.finditer(text)
         }
