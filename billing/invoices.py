@@ -356,6 +356,7 @@ PLAN_PERIOD_SCHEMA = pa.schema(
         ("plan", pa.string()),
         ("days", pa.int32()),
         ("monthly_fee", PRICE),
+        ("minimum_monthly", PRICE),  # the plan's commitment as drafted (null: none)
     ]
 )
 
@@ -380,10 +381,10 @@ def plan_periods(plans: pa.Table, accounts: list[str], catalog: Catalog, month: 
         pieces = (
             catalog.plan(plan).fee_pieces(start, until) if plan in known else [(start, until, None, None)]
         )
+        minimum = catalog.plan(plan).minimum_monthly if plan in known else None
         for a, b, fee, _ in pieces:
-            for name, value in zip(
-                PLAN_PERIOD_SCHEMA.names, (account, a, b, plan, (b - a).days + 1, fee), strict=True
-            ):
+            values = (account, a, b, plan, (b - a).days + 1, fee, minimum)
+            for name, value in zip(PLAN_PERIOD_SCHEMA.names, values, strict=True):
                 out[name].append(value)
 
     one_day = dt.timedelta(days=1)

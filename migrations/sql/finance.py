@@ -109,6 +109,7 @@ def _document_views(dialect: str, credits: bool = False) -> dict[str, str]:
     lines carry the grant a credit line applied."""
     charge = CHARGE
     grant = ", l.grant_id" if credits else ""
+    minimum = f", {_cents('p.minimum_monthly', dialect)} AS minimum_monthly" if credits else ""
     unit, unit_size = _unit_case(dialect)
     return {
         "finance_invoice_summary": f"""
@@ -141,7 +142,7 @@ FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id""",
 SELECT i.invoice_id, i.invoice_number, i.account_id, i.period, i.kind AS document, i.status,
        coalesce(p.plan, 'pay_as_you_go') AS plan, p.active_from, p.active_until, p.days,
        {_days_in_month("i.period", dialect)} AS days_in_month,
-       {_cents("coalesce(p.monthly_fee, 0)", dialect)} AS monthly_fee, i.currency
+       {_cents("coalesce(p.monthly_fee, 0)", dialect)} AS monthly_fee, i.currency{minimum}
 FROM invoice_plans p JOIN invoices i ON i.invoice_id = p.invoice_id""",
     }
 

@@ -5,6 +5,7 @@
   The database refuses to change or delete a grant: a grant ends by a void, a new fact.
 - ``credit_voids``: a grant's void (the UTC date it takes effect and why); append-only too.
 - ``invoice_lines.grant_id``: the grant a ``credit`` line (or its correction) applied.
+- ``invoice_plans.minimum_monthly``: the plan's commitment each plan period was drafted with.
 - the finance views again, from the registries (new amount columns ``minimum_true_up_amount`` and
   ``credit_amount``, ``grant_id`` on ``finance_invoice_lines``) and ``finance_credit_grants``.
 
@@ -111,6 +112,15 @@ def upgrade() -> None:
             comment="credit lines (and their corrections): the grant applied",
         ),
     )
+    op.add_column(
+        "invoice_plans",
+        sa.Column(
+            "minimum_monthly",
+            sa.Numeric(precision=20, scale=6),
+            nullable=True,
+            comment="the plan's monthly minimum (commitment) as drafted; null = none",
+        ),
+    )
     _line_types_comment(bind, OLD_TYPES + NEW_TYPES)
     finance.create(bind, gaps=True, documents=True, unknown=True, credits=True)
 
@@ -139,9 +149,12 @@ def downgrade() -> None:
         immutability.drop(bind)
         with op.batch_alter_table("invoice_lines") as batch:
             batch.drop_column("grant_id")
+        with op.batch_alter_table("invoice_plans") as batch:
+            batch.drop_column("minimum_monthly")
         immutability.create(bind, documents=True)
     else:
         op.drop_column("invoice_lines", "grant_id")
+        op.drop_column("invoice_plans", "minimum_monthly")
     op.drop_table("credit_voids")
     op.drop_index(op.f("ix_credit_grants_account_id"), table_name="credit_grants")
     op.drop_table("credit_grants")

@@ -6,7 +6,8 @@ with its values and the days it priced. From then on ``check`` (run by every dra
 refuses a catalog in which such a row changed its values, disappeared, or is cut short by a new row
 starting on a day it already priced, naming the row and how to make the change instead: a new row
 with a later ``effective_from``. So an adjustment is only ever a correction of usage, plans or credits,
-never a silent re-pricing.
+never a silent re-pricing. A plan's ``minimum_monthly`` is recorded the same way (kind ``minimum``):
+a commitment that billed finalized months changes by moving the accounts to a new plan.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from schemas.tokens import ids as kind_ids
 from schemas.warehouse import BillableUsage, BilledCatalogRow
 
 PRICE, FEE = "price", line_types.PLAN_FEE.id  # the kinds of catalog row that bill
+MINIMUM = "minimum"  # a plan's minimum_monthly (its commitment): what its true-ups were measured against
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class Billed:
     def name(self) -> str:
         if self.kind == PRICE:
             return f"[[prices]] {self.subject} / {self.tier} effective {self.effective_from}"
+        if self.kind == MINIMUM:
+            return f"plan {self.subject!r} minimum_monthly"
         if self.effective_from is None:
             return f"plan {self.subject!r} monthly_fee"
         return f"plan {self.subject!r} [[plans.fees]] effective {self.effective_from}"
@@ -86,6 +90,11 @@ def _problem(row: Billed, catalog: Catalog) -> str | None:
         plan = catalog.plan(row.subject)
     except KeyError:
         return "the plan is gone from the catalog"
+    if row.kind == MINIMUM:
+        minimum = _minimum_text(plan.minimum_monthly)
+        if _minimum_text(row.values["minimum_monthly"]) != minimum:
+            return f"its minimum changed ({row.values['minimum_monthly'] or 'none'} -> {minimum or 'none'})"
+        return None
     pieces = plan.fee_pieces(row.first_day, row.last_day)
     if len(pieces) != 1 or pieces[0][3] != row.effective_from:
         return f"the catalog now changes the fee on {pieces[1][0] if len(pieces) > 1 else row.first_day}"
@@ -95,7 +104,17 @@ def _problem(row: Billed, catalog: Catalog) -> str | None:
     return None
 
 
+def _minimum_text(value: object) -> str:
+    """A commitment as compared: '' for none, else the normalized decimal."""
+    return "" if value in (None, "") else str(Decimal(str(value)).normalize())
+
+
 def _how(row: Billed) -> str:
+    if row.kind == MINIMUM:
+        return (
+            f"restore it; a commitment that changes is a new plan: add a plan with the new minimum_monthly "
+            f"and move the accounts to it (accounts rows) from a day after {row.last_day}"
+        )
     if row.kind == PRICE:
         return (
             f"restore it and add a new [[prices]] row for {row.subject} / {row.tier} with an effective_from "
@@ -154,6 +173,7 @@ def used_by(conn: Connection, catalog: Catalog, month: str) -> list[Billed]:
         ),
         {"m": month},
     ).all()
+    known_plans = {p.id for p in catalog.plans}
     fees: dict[tuple[str, dt.date | None], list] = {}
     for plan_id, start, until in periods:
         try:
@@ -166,6 +186,14 @@ def used_by(conn: Connection, catalog: Catalog, month: str) -> list[Billed]:
             seen[0], seen[1] = min(seen[0], a), max(seen[1], z)
     for (plan_id, since), (a, z, fee) in sorted(fees.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         rows.append(Billed(FEE, plan_id, "", since, {"monthly_fee": str(fee)}, a, z))
+    committed: dict[str, list] = {}
+    for plan_id, start, until in periods:
+        if plan_id in known_plans:
+            span = committed.setdefault(plan_id, [_date(start), _date(until)])
+            span[0], span[1] = min(span[0], _date(start)), max(span[1], _date(until))
+    for plan_id, (a, z) in sorted(committed.items()):
+        value = _minimum_text(catalog.plan(plan_id).minimum_monthly)
+        rows.append(Billed(MINIMUM, plan_id, "", None, {"minimum_monthly": value}, a, z))
     return rows
 
 
@@ -234,17 +262,25 @@ def check_drafts(conn: Connection, catalog: Catalog, month: str) -> None:
             )
     periods = conn.execute(
         text(
-            "SELECT p.plan, p.active_from, p.active_until, p.monthly_fee FROM invoice_plans p "
+            "SELECT p.plan, p.active_from, p.active_until, p.monthly_fee, p.minimum_monthly "
+            "FROM invoice_plans p "
             "JOIN invoices i ON i.invoice_id = p.invoice_id "
             "WHERE i.period = :m AND i.status = 'draft' AND p.plan IS NOT NULL"
         ),
         {"m": month},
     ).all()
-    for plan_id, start, until, fee in periods:
+    for plan_id, start, until, fee, minimum in periods:
         try:
-            pieces = catalog.plan(plan_id).fee_pieces(_date(start), _date(until))
+            plan = catalog.plan(plan_id)
         except KeyError:
-            pieces = []
+            plan = None
+        pieces = plan.fee_pieces(_date(start), _date(until)) if plan else []
+        if plan is not None and _minimum_text(minimum) != _minimum_text(plan.minimum_monthly):
+            raise UsageBillingError(
+                f"cannot finalize {month}: its drafts hold plan {plan_id!r} to a minimum of "
+                f"{minimum or 'none'}, which the catalog no longer says; draft it again "
+                f"(`usage-billing invoices draft --month {month}`)"
+            )
         if len(pieces) != 1 or Decimal(str(pieces[0][2])) != Decimal(str(fee)):
             raise UsageBillingError(
                 f"cannot finalize {month}: its drafts bill plan {plan_id!r} at {fee} from {start}, which the "

@@ -217,6 +217,9 @@ class InvoicePlan(Base):
     plan: Mapped[str | None] = mapped_column(String(64), comment="null = pay as you go")
     days: Mapped[int] = mapped_column(Integer, comment="active days in the month")
     monthly_fee: Mapped[Decimal | None] = mapped_column(Numeric(20, 6), comment="the plan's fee per month")
+    minimum_monthly: Mapped[Decimal | None] = mapped_column(
+        Numeric(20, 6), comment="the plan's monthly minimum (commitment) as drafted; null = none"
+    )
 
 
 class InvoiceCounter(Base):

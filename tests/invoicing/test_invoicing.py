@@ -349,7 +349,12 @@ def test_billed_history_is_never_re_priced_by_a_catalog_edit(db, catalog):
         plan = next(p for p in data["plans"] if p["id"] == fee.subject)
         plan["fees"] = [{"effective_from": fee.last_day, "monthly_fee": "999.00"}]
 
+    def commit(data):  # a plan that billed the month gets a monthly minimum
+        next(p for p in data["plans"] if p["id"] == fee.subject)["minimum_monthly"] = "5000.00"
+
+    assert any(r.kind == "minimum" and r.subject == fee.subject for r in billed)
     for edit, says in (
+        (commit, "its minimum changed"),
         (bump, "its values changed"),
         (cut_short, "the catalog now has a row effective"),
         (refee, "its fee changed"),
