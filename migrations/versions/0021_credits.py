@@ -112,6 +112,8 @@ def upgrade() -> None:
             comment="credit lines (and their corrections): the grant applied",
         ),
     )
+    # what each grant gave is summed at every draft and finalize: the few credit lines, by index
+    op.create_index(op.f("ix_invoice_lines_grant_id"), "invoice_lines", ["grant_id"])
     op.add_column(
         "invoice_plans",
         sa.Column(
@@ -142,6 +144,7 @@ def downgrade() -> None:
     bind = op.get_bind()
     finance.drop(bind)
     _line_types_comment(bind, OLD_TYPES)
+    op.drop_index(op.f("ix_invoice_lines_grant_id"), table_name="invoice_lines")
     if bind.dialect.name == "sqlite":
         # dropping a column rebuilds the table on SQLite: its triggers go with it and come back
         from migrations.sql import immutability

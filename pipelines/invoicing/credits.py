@@ -45,7 +45,7 @@ __all__ = ["COLUMNS", "Grant", "count", "grant", "load"]
 CREDIT_LINES = f"""
   SELECT l.grant_id, i.period, i.status, i.invoice_number, -sum(l.amount) AS taken
   FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
-  WHERE coalesce(l.adjusted_type, l.line_type) = '{line_types.CREDIT.id}' AND l.grant_id IS NOT NULL
+  WHERE l.grant_id IS NOT NULL AND coalesce(l.adjusted_type, l.line_type) = '{line_types.CREDIT.id}'
     AND i.status <> 'void'
   GROUP BY l.grant_id, i.period, i.status, i.invoice_number
 """

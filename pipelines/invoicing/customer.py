@@ -5,8 +5,10 @@ the seller and the customer as they were when the document was finalized, its nu
 and due dates, the billing period as the account's local days, a summary by model and speed tier,
 then the detail grouped the same way in words (token kinds and line types), the plan fee as "N of M
 days at P per month", and the total due. Included usage is one line per group, not a line per token
-kind at 0.00. An adjustment names the document it corrects and lists only what changed: each line
-billed before and no longer true, reversed, and the line as it is now.
+kind at 0.00. Credits follow the charges: "Credits applied", each grant with its reason, what it
+covered here and what remains of it after this document, then the total due after credits. An
+adjustment names the document it corrects and lists only what changed: each line billed before and
+no longer true, reversed, and the line as it is now.
 
 Input: plain dicts of the export's rows (``pipelines.invoicing.export``); no database, no files.
 """
@@ -261,9 +263,9 @@ def render(
             else f"document {_e(doc['corrects'] or '')}"
         )
         parts.append(
-            f"<p class='corrects'>This adjustment corrects {what}. Usage or plans of the period changed "
-            "after it was issued; only the charges that changed are listed: what was billed before, "
-            "reversed, and the charge as it is now.</p>"
+            f"<p class='corrects'>This adjustment corrects {what}. Usage, plans or credits of the period "
+            "changed after it was issued; only what changed is listed: what was billed before, reversed, "
+            "and the charge or credit as it is now.</p>"
         )
     plans = [p for p in periods if p["days"]]
     if plans:
@@ -273,7 +275,8 @@ def render(
         )
         parts.append(f"<p class='plans'>Plan: {_e(listed)}</p>")
     parts.append("<h2>Summary</h2>")
-    parts += _summary(lines, currency, adjustment, labels) if lines else ["<p>No charges.</p>"]
+    nothing = "<p>No charges changed.</p>" if adjustment else "<p>No charges.</p>"
+    parts += _summary(lines, currency, adjustment, labels) if lines else [nothing]
     if credit_lines:
         parts += _credits(lines, credit_lines, grants or {}, currency, adjustment)
     due = "Total due" if doc["total"] >= 0 else "Total credited to the account"

@@ -36,6 +36,7 @@ from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.export import export
 from pipelines.jobs import demo_summary as summary
 from pipelines.jobs.chain import DAILY, run_chain
+from pipelines.jobs.demo_credits import DemoCredits, month_after, starting_grants, transition_grants
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
 from pipelines.jobs.steps import DayState
@@ -183,7 +184,12 @@ def run_demo(
         step(STEPS[3 + len(DAILY)])
         months = sorted({d.strftime("%Y-%m") for d in dates})
         open_months: list[str] = []
+        credits_dir = Path(settings.reports) / "credits"
+        story = DemoCredits(starting=starting_grants(engine, catalog, dates[0], credits_dir))
+        as_of = min(REPORT_AS_OF, dates[-1])
         for month in months:  # the last month is still open (its grace days have not landed): drafts only
+            if month == month_after(as_of):  # the retirement is announced: transition credits first
+                transition_grants(engine, catalog, settings.lake, FAST_MODEL, as_of, credits_dir, story)
             if invoicing.draft(engine, catalog, month, open_month=True).open_month:
                 open_months.append(month)
             else:
@@ -212,7 +218,6 @@ def run_demo(
         except UsageBillingError:  # a demo shorter than one complete week
             effect = None
         step(STEPS[11])
-        as_of = min(REPORT_AS_OF, dates[-1])
         report_dir = Path(settings.reports) / as_of.isoformat()
         try:
             report: dict | None = retirement_report(engine, catalog, as_of, report_dir, settings.lake)
@@ -226,6 +231,7 @@ def run_demo(
     summary.backup_tank(out, engine, settings)
     summary.why_charged(out, engine, settings)
     summary.invoices(out, engine, months, catalog)
+    summary.credits(out, engine, story, catalog, FAST_MODEL)
     for month in open_months:
         out.print(
             f"{month} is still open (the landing days of its grace for late data are not ingested): "

@@ -21,6 +21,7 @@ from pipelines import lake
 from pipelines.effectiveness.figures import ALL_TIERS, duration, sentence
 from pipelines.effectiveness.report import EffectivenessView
 from pipelines.ingest import events as ingest
+from pipelines.jobs.demo_credits import DemoCredits
 from pipelines.quota.explain import explain_event, render
 from pipelines.quota.show import as_utc
 from pipelines.quota.show import backup_tank as weekly_backup_tank
@@ -302,3 +303,35 @@ def head_to_head(out: Console, view: EffectivenessView, model: str) -> None:
     out.print(table)
     multi = next((i for i in items if i["task_class"] == "multi_file"), items[0])
     out.print(f"{window}, against {successor}'s cheapest tier per accepted task: {sentence(multi, cur)}")
+
+
+def credits(out: Console, engine: Engine, story: DemoCredits, catalog: Catalog, fast_model: str) -> None:
+    """What the demo's credits did: the starting grants and the fast model's transition credits, what
+    finalized documents applied of each kind, and what remains."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT CASE WHEN grant_id LIKE 'transition-%' THEN 'transition' ELSE kind END, count(*), "
+                "sum(amount), sum(applied), count(DISTINCT account_id) FROM finance_credit_grants GROUP BY 1"
+            )
+        ).all()
+    cur = catalog.currency
+    by = {r[0]: r for r in rows}
+    parts = []
+    for key, name in (("paid", "prepaid"), ("promotional", "promotional"), ("transition", "transition")):
+        if key in by:
+            _, n, amount, applied, accounts = by[key]
+            parts.append(
+                f"{name} {n:,} ({accounts:,} accounts, {cur} {Decimal(str(amount)):,.2f}, "
+                f"applied {cur} {Decimal(str(applied)):,.2f})"
+            )
+    out.print("credits: " + ("; ".join(parts) if parts else "none"))
+    if story.transition_month:
+        out.print(
+            f"transition credits: {story.transition:,} of {fast_model}'s accounts would pay more on its "
+            "successor; "
+            f"{cur} {story.transition_total:,.2f} of promotional credits from {story.transition_month} make "
+            "the move free for them (their documents show them under Credits applied)"
+        )
+    elif story.why_none:
+        out.print(f"no transition credits: {story.why_none}")

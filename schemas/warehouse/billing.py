@@ -199,7 +199,7 @@ class InvoiceLine(Base):
     )
     amount: Mapped[Decimal] = mapped_column(Numeric(20, 2))
     grant_id: Mapped[str | None] = mapped_column(
-        String(200), comment=f"{lines.CREDIT.id} lines (and their corrections): the grant applied"
+        String(200), index=True, comment=f"{lines.CREDIT.id} lines (and their corrections): the grant applied"
     )
 
 

@@ -27,6 +27,7 @@ from pipelines.invoicing import documents as invoicing
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage
+from tests.conftest import CATALOG_PATH
 from tests.reference_credits import RefGrant, month_truth
 
 MONTHS = ("2026-01", "2026-02", "2026-03")
@@ -388,3 +389,41 @@ def test_a_void_ends_later_months_only_and_is_refused_where_a_finalized_document
     assert (
         list(view.applied) == ["2026-01"] and view.remaining == Decimal("100000.00") - view.applied["2026-01"]
     )
+
+
+def test_cli_credits_commands_and_their_one_line_errors(tmp_path, catalog, capsys):
+    from pipelines.cli import main
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    accounts = tmp_path / "accounts.csv"
+    accounts.write_text("account_id,plan,timezone,active_from,active_until\nacct-a,pro,UTC,2026-01-01,\n")
+    load_accounts(engine, accounts, catalog)
+    engine.dispose()
+    base = ["--database-url", url, "--config", str(CATALOG_PATH)]
+    grant = ["credits", "grant", "--grant", "p-1", "--account", "acct-a", "--amount", "120.00"]
+    assert main([*base, *grant, "--kind", "paid", "--from", "2026-02-01", "--reason", "prepaid"]) == 0
+    assert main([*base, *grant, "--kind", "paid", "--from", "2026-02-01", "--reason", "prepaid"]) == 0
+    assert main([*base, "credits", "show", "--account", "acct-a"]) == 0
+    out = capsys.readouterr().out
+    assert "credit p-1 granted" in out and "was granted already (identical)" in out
+    assert "p-1  paid  120.00 USD  from 2026-02-01, never expires" in out and "remaining  120.00" in out
+    assert main([*base, "credits", "void", "--grant", "p-1", "--reason", "refund", "--on", "2026-03-01"]) == 0
+    assert "voided credit p-1 for months ending on or after 2026-03-01" in capsys.readouterr().out
+    mistakes = [
+        [*grant[:3], "p-2", *grant[4:7], "12.345", "--kind", "paid", "--from", "2026-02-01"],
+        ["credits", "void", "--grant", "nope", "--reason", "x"],
+        ["credits", "void", "--grant", "p-1", "--reason", "x", "--on", "2026-13-01"],
+        ["credits", "load", str(tmp_path / "missing.csv")],
+    ]
+    for argv in mistakes:
+        assert main([*base, *argv]) == 2, argv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: credits grant, amount: '12.345' is not an amount in USD with at most 2 decimals "
+        "(like 250.00)",
+        "error: no credit grant 'nope' (see `usage-billing credits show --account A`)",
+        "error: --on '2026-13-01' is not a date (YYYY-MM-DD)",
+        f"error: credits file not found: {tmp_path / 'missing.csv'}",
+    ]

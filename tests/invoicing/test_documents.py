@@ -22,9 +22,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from pipelines.cli import main
+from pipelines.invoicing import credits
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.customer import period_text
 from pipelines.invoicing.export import INVOICE_COLUMNS, LINE_COLUMNS, export
@@ -76,8 +77,15 @@ def month(tmp_path_factory, small_landing, catalog) -> dict:  # type: ignore[no-
     load_accounts(engine, landing / "accounts.csv", catalog)
     run_day(settings, small_dates())
     close_month(settings, MONTH, root)
+    credited = _grant(engine, catalog, root)
     invoicing.draft(engine, catalog, MONTH)
     invoicing.finalize(engine, catalog, MONTH)
+    # 0. a goodwill credit granted after finalization: an adjustment applies it
+    goodwill = root / "goodwill.csv"
+    goodwill.write_text(
+        CREDITS_HEADER + f"goodwill-1,{credited[2]},3.00,promotional,2026-03-01,,0,,outage on March 9\n"
+    )
+    credits.load(engine, goodwill, catalog)
     # 1. a plan change after finalization: an account on the pro plan from the start moves to plus on March 4
     with open(small_landing / "accounts.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -133,7 +141,33 @@ def month(tmp_path_factory, small_landing, catalog) -> dict:  # type: ignore[no-
         "split": pro,
         "split_from": start[pro],
         "voided": voided,
+        "credited": credited,
     }
+
+
+CREDITS_HEADER = "grant_id,account_id,amount,kind,effective_from,expires,priority,models,reason\n"
+
+
+def _grant(engine, catalog, root: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    """Credits before the first draft: a welcome credit larger than its account's month (the invoice
+    comes to 0.00) and a prepaid block that covers part of another's; a third account is credited later."""
+    with engine.connect() as conn:
+        top = list(
+            conn.execute(
+                text(
+                    "SELECT account_id FROM billable_usage GROUP BY account_id "
+                    "ORDER BY sum(overage_tokens) DESC, account_id LIMIT 3"
+                )
+            ).scalars()
+        )
+    path = root / "credits.csv"
+    path.write_text(
+        CREDITS_HEADER
+        + f"welcome-1,{top[0]},5000.00,promotional,2026-03-01,2026-06-01,0,,welcome credit\n"
+        + f"prepaid-1,{top[1]},10.00,paid,2026-02-01,,0,,prepaid block\n"
+    )
+    credits.load(engine, path, catalog)
+    return top
 
 
 def _csv(path: Path) -> list[dict]:
@@ -160,9 +194,9 @@ def test_every_document_adds_up_and_every_line_gives_its_amount(month):
         expected = (quantity * price / size).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
         assert Decimal(line["amount"]) == expected, line
         charge = line["adjusted_type"] or line["line_type"]
-        assert (line["unit"], size == 1_000_000) == (
-            ("month", False) if charge == "plan_fee" else ("1M tokens", True)
-        ), line
+        units = {"plan_fee": ("month", False), "credit": ("credit", False)}
+        assert (line["unit"], size == 1_000_000) == units.get(charge, ("1M tokens", True)), line
+        assert bool(line["grant_id"]) == (charge == "credit"), line
         if charge == "plan_fee":
             assert size == 31  # March's days; the quantity is the plan's active days
         doc = docs[line["invoice_number"]]
@@ -378,3 +412,35 @@ def test_the_index_links_only_files_that_exist_and_outputs_never_land_in_the_lak
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and ("inside the" in lines[0] or "is empty" in lines[0]), err
     assert not (Path(s.lake) / "events" / "date=2026-03-02" / "invoices.csv").exists()
+
+
+def test_chromium_shows_the_credits_applied_and_the_total_due_after_them(month, tmp_path):
+    docs = _csv(month["out"] / "invoices.csv")
+    lines = _csv(month["out"] / "invoice_lines.csv")
+    welcome, prepaid, goodwill = month["credited"]
+    shown = {}
+    for account, grant, amount, reason in (
+        (welcome, "welcome-1", Decimal("5000.00"), "welcome credit"),
+        (prepaid, "prepaid-1", Decimal("10.00"), "prepaid block"),
+        (goodwill, "goodwill-1", Decimal("3.00"), "outage on March 9"),
+    ):
+        numbers = [ln["invoice_number"] for ln in lines if ln["grant_id"] == grant]
+        assert numbers, grant
+        doc = next(d for d in docs if d["invoice_number"] == numbers[-1] and d["status"] == "finalized")
+        assert doc["account_id"] == account
+        mine = [ln for ln in lines if ln["invoice_number"] == doc["invoice_number"]]
+        applied = -sum(Decimal(ln["amount"]) for ln in mine if ln["grant_id"] == grant)
+        charges = sum(Decimal(ln["amount"]) for ln in mine if not ln["grant_id"])
+        total = Decimal(doc["total"])
+        assert charges - applied == total and 0 < applied <= amount
+        text = _layout(month["out"] / "html" / f"{doc['invoice_number']}.html", tmp_path, 900)["text"]
+        assert "Credits applied" in text and reason in text and grant in text
+        assert f"{applied:,.2f}" in text  # what it covered here
+        assert f"{amount - applied:,.2f}" in text  # what remains of it after this document
+        assert re.search(rf"Charges( \(change\))? USD\s{charges:,.2f}", text), text
+        # an adjustment that only applies a credit pays money back
+        assert ("Total due after credits" if total >= 0 else "Total credited to the account") in text
+        shown[grant] = (doc["document_type"], Decimal(doc["total"]))
+    assert shown["welcome-1"] == ("invoice", Decimal("0.00"))  # a credit larger than the month
+    # granted after finalization: an adjustment applies it, crediting the account
+    assert shown["goodwill-1"] == ("adjustment", Decimal("-3.00"))

@@ -137,6 +137,12 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
     assert usage == sum(pc.sum(events[c]).as_py() for c in events.column_names)
     assert "this event used its last tokens" in out  # support's view of a charge
     assert "retirement report as of 2026-08-24: candidates gpt-5.2-mini, gpt-5.3-codex-spark" in out
+    # credits: prepaid and promotional grants from the start; the fast model's users who would pay more
+    # on its successor offered transition credits, which their August documents show
+    assert re.search(r"credits: prepaid 2 .*; promotional 2 .*; transition \d+", out), out
+    assert re.search(r"transition credits: \d+ of gpt-5.3-codex-spark's accounts would pay more", out)
+    shows = [p for p in html if "transition-gpt-5.3-codex-spark-2026-07-" in p.read_text(encoding="utf-8")]
+    assert shows and "Credits applied" in shows[0].read_text(encoding="utf-8")
     _fits_a_terminal_of_80_columns(folder)
 
 
