@@ -6,7 +6,7 @@ minimum_monthly x active days / days in month, each half-up to cents; when the c
 usage lines, rounded) fall short, one ``minimum_true_up`` line bills the difference.
 
 ``credit_lines``: the account's eligible grants cover the charge lines (plan fees, the true-up, then
-overage lines by model id) in the grant order of ``GRANT_ORDER``: expires ascending (none last),
+overage lines by model id) in the grant order of ``APPLY_ORDER``: expires ascending (none last),
 promotional before paid, priority, effective_from, grant_id. Each grant covers, line by line, as much
 of the lines it applies to (every charge, or only usage lines of its ``models``) as its remaining
 balance allows; a grant that covered something gives one ``credit`` line (quantity 1, unit price =
@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,37 +48,9 @@ GRANT_SCHEMA = pa.schema(
 ZERO = Decimal(0)
 
 
-def eligible(
-    month_first: dt.date,
-    month_last: dt.date,
-    effective_from: dt.date,
-    expires: dt.date | None,
-    void_date: dt.date | None,
-) -> bool:
-    """A grant applies to the invoice of the month ``month_first .. month_last`` (local dates) when it
-    starts on or before the month's last day, does not expire by then (``expires`` is exclusive) and
-    is not void for it (a void on UTC date V ends it for months whose last day is on or after V)."""
-    del month_first  # a grant that starts inside the month covers the month's whole invoice
-    return (
-        effective_from <= month_last
-        and (expires is None or expires > month_last)
-        and (void_date is None or void_date > month_last)
-    )
-
-
-def grant_order(
-    kind: str, expires: dt.date | None, priority: int, effective_from: dt.date, grant_id: str
-) -> tuple[object, ...]:
-    """The order grants are applied in: expires ascending (none last), promotional before paid,
-    priority ascending, effective_from ascending, grant_id ascending."""
-    return (
-        expires is None,
-        expires or dt.date.max,
-        0 if kind == PROMOTIONAL else 1,
-        priority,
-        effective_from,
-        grant_id,
-    )
+# The order an account's grants apply in (columns of GRANT_SCHEMA, ascending, a missing expiry last):
+# the soonest expiry first, promotional before paid, then priority, effective_from and grant_id.
+APPLY_ORDER = ("expires", "_paid", "priority", "effective_from", "grant_id")
 
 
 def _line(
@@ -113,6 +86,7 @@ def minimum_lines(
     if not committed or plans.num_rows == 0:
         return None
     in_month = (month_last - month_first).days + 1
+    plans = plans.filter(pc.is_in(plans["plan"], value_set=pa.array(list(committed), pa.string())))
     minimum: dict[str, Decimal] = {}
     named: dict[str, list[str]] = {}
     for account, plan, start, until in zip(
@@ -149,41 +123,56 @@ def minimum_lines(
     return _line(accounts, texts, amounts, line_types.MINIMUM_TRUE_UP.id) if accounts else None
 
 
-def credit_lines(lines: pa.Table, grants: pa.Table) -> pa.Table | None:
-    """The ``credit`` lines the eligible ``grants`` (GRANT_SCHEMA) give the charge ``lines``."""
-    grants = grants.filter(pc.greater(grants["remaining"], pa.scalar(ZERO, AMOUNT)))
-    if grants.num_rows == 0 or lines.num_rows == 0:
-        return None
-    with_grants = pa.array(pc.unique(grants["account_id"]).to_pylist(), pa.string())
-    mine = lines.filter(pc.is_in(lines["account_id"], value_set=with_grants))
+def _cents(amounts: pa.ChunkedArray | pa.Array) -> list[int]:
+    """Money as integer cents, exactly: a decimal128 of scale 2 stores its value in cents as a 128-bit
+    integer, whose low 64 bits are the value (amounts here are far below 2**63 cents)."""
+    array = amounts.combine_chunks() if isinstance(amounts, pa.ChunkedArray) else amounts
+    if not pa.types.is_decimal128(array.type) or array.type.scale != 2 or array.null_count:
+        raise ValueError(f"expected money (decimal128, 2 decimals, no nulls), got {array.type}")
+    words = np.frombuffer(array.buffers()[1], dtype=np.int64)
+    low = words[2 * array.offset : 2 * (array.offset + len(array)) : 2]
+    high = words[2 * array.offset + 1 : 2 * (array.offset + len(array)) : 2]
+    if np.any(high != (low >> 63)):  # pragma: no cover - more than 92 quadrillion
+        raise ValueError("an amount too large for 64-bit cents")
+    return low.tolist()  # type: ignore[no-any-return]
+
+
+def _charges(lines: pa.Table, accounts: pa.Array) -> dict[str, dict[str | None, int]]:
+    """Per account of ``accounts``, in cents and in the order grants cover them: the fixed charges
+    (plan fees and the true-up: key None), then each model's overage in model id order."""
+    mine = lines.filter(pc.is_in(lines["account_id"], value_set=accounts))
     fixed_types = pa.array([line_types.PLAN_FEE.id, line_types.MINIMUM_TRUE_UP.id])
     fixed = mine.filter(pc.is_in(mine["line_type"], value_set=fixed_types))
     fixed = fixed.group_by("account_id").aggregate([("amount", "sum")])
     over = mine.filter(pc.equal(mine["line_type"], line_types.OVERAGE.id))
     over = over.group_by(["account_id", "model"]).aggregate([("amount", "sum")])
-    # per account: [fixed charges, then each model's overage in model id order]
-    buckets: dict[str, dict[str | None, Decimal]] = {}
-    for account, amount in zip(fixed["account_id"].to_pylist(), fixed["amount_sum"].to_pylist(), strict=True):
-        buckets.setdefault(account, {})[None] = amount
+    over = over.sort_by([("account_id", "ascending"), ("model", "ascending")])
+    buckets: dict[str, dict[str | None, int]] = {}
+    for account, amount in zip(fixed["account_id"].to_pylist(), _cents(fixed["amount_sum"]), strict=True):
+        buckets[account] = {None: amount}
     for account, model, amount in zip(
-        *(over[c].to_pylist() for c in ("account_id", "model", "amount_sum")), strict=True
+        over["account_id"].to_pylist(), over["model"].to_pylist(), _cents(over["amount_sum"]), strict=True
     ):
         buckets.setdefault(account, {})[model] = amount
-    rows = sorted(
-        zip(*(grants[c].to_pylist() for c in GRANT_SCHEMA.names), strict=True),
-        key=lambda g: (g[1], grant_order(g[2], g[4], g[5], g[3], g[0])),
-    )
-    accounts, texts, amounts, ids = [], [], [], []
-    left: dict[str | None, Decimal] = {}
+    return buckets
+
+
+def _cover(grants: pa.Table, buckets: dict[str, dict[str | None, int]]) -> tuple[list[int], list[int]]:
+    """(rows of ``grants`` that covered something, what each covered in cents): ``grants`` in the
+    order they apply, each covering the open charges of its account in order, as far as it goes."""
+    given: list[int] = []
+    covered_cents: list[int] = []
+    left: dict[str | None, int] = {}
     current = None
-    for grant_id, account, _kind, _since, _expires, _priority, models, reason, remaining in rows:
+    accounts, models = grants["account_id"].to_pylist(), grants["models"].to_pylist()
+    for row, (account, only, remaining) in enumerate(
+        zip(accounts, models, _cents(grants["remaining"]), strict=True)
+    ):
         if account != current:
             current = account
-            charges = buckets.get(account, {})
-            order = ([None] if None in charges else []) + sorted(m for m in charges if m is not None)
-            left = {k: charges[k] for k in order}
-        allowed = set(models.split(";")) if models else None
-        covered = ZERO
+            left = dict(buckets.get(account, {}))  # None (fees, true-up) first, then models in order
+        allowed = set(only.split(";")) if only else None
+        covered = 0
         for key, open_amount in left.items():
             if remaining <= 0:
                 break
@@ -194,8 +183,36 @@ def credit_lines(lines: pa.Table, grants: pa.Table) -> pa.Table | None:
             remaining -= take
             covered += take
         if covered > 0:
-            accounts.append(account)
-            texts.append(f"credit {grant_id}: {reason}" if reason else f"credit {grant_id}")
-            amounts.append(-covered)
-            ids.append(grant_id)
-    return _line(accounts, texts, amounts, line_types.CREDIT.id, ids) if accounts else None
+            given.append(row)
+            covered_cents.append(covered)
+    return given, covered_cents
+
+
+def credit_lines(lines: pa.Table, grants: pa.Table) -> pa.Table | None:
+    """The ``credit`` lines the eligible ``grants`` (GRANT_SCHEMA) give the charge ``lines``."""
+    grants = grants.filter(pc.greater(grants["remaining"], pa.scalar(ZERO, AMOUNT)))
+    if grants.num_rows == 0 or lines.num_rows == 0:
+        return None
+    buckets = _charges(lines, pc.unique(grants["account_id"]))
+    # the grants of each account in the order they apply
+    grants = grants.append_column("_paid", pc.equal(grants["kind"], PAID))
+    keys = ("account_id", *APPLY_ORDER)
+    grants = grants.take(pc.sort_indices(grants, sort_keys=[(k, "ascending", "at_end") for k in keys]))
+    given, covered_cents = _cover(grants, buckets)
+    if not given:
+        return None
+    chosen = grants.take(pa.array(given, pa.int64()))
+    amounts = [-Decimal(n).scaleb(-2) for n in covered_cents]
+    said = pc.binary_join_element_wise(
+        pa.scalar("credit "), chosen["grant_id"], pa.scalar(": "), chosen["reason"], ""
+    )
+    texts = pc.if_else(
+        pc.equal(chosen["reason"], ""), pc.binary_join_element_wise("credit ", chosen["grant_id"], ""), said
+    )
+    return _line(
+        chosen["account_id"].to_pylist(),
+        texts.to_pylist(),
+        amounts,
+        line_types.CREDIT.id,
+        chosen["grant_id"].to_pylist(),
+    )

@@ -21,7 +21,7 @@ from decimal import Decimal
 import pyarrow as pa
 from sqlalchemy import Connection, Engine, select, text
 
-from billing.credits import GRANT_SCHEMA, eligible
+from billing.credits import GRANT_SCHEMA
 from billing.invoices import month_bounds
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing.grants import (
@@ -35,9 +35,10 @@ from pipelines.invoicing.grants import (
     money_of,
 )
 from pipelines.invoicing.months import month_lock
-from pipelines.warehouse.engine import as_date
+from pipelines.warehouse.engine import as_date, read_arrow
 from pipelines.warehouse.locks import step_lock
 from schemas import lines as line_types
+from schemas.lake import AMOUNT
 from schemas.warehouse import CreditGrant, CreditVoid
 
 __all__ = ["COLUMNS", "Grant", "count", "grant", "load"]
@@ -133,47 +134,36 @@ def grants_for_draft(conn: Connection, month: str) -> pa.Table:
     months' documents (finalized and drafts, not void) took of it: an account's months are computed in
     order, so a later month that holds some of a grant is corrected by its own next draft, and
     ``check_finalize`` keeps the finalized documents within every grant's amount meanwhile."""
-    first, last = month_bounds(month)
+    last = month_bounds(month)[1]
     g, v = CreditGrant.__table__.c, CreditVoid.__table__.c
-    rows = conn.execute(
-        select(
-            g.grant_id,
-            g.account_id,
-            g.kind,
-            g.effective_from,
-            g.expires,
-            g.priority,
-            g.models,
-            g.reason,
-            g.amount,
-            v.void_date,
-        )
+    # eligible: started by the month's last day, not expired by then (expires is exclusive), not void
+    # for it (a void on V ends the months whose last day is on or after V)
+    query = (
+        select(*(g[c] for c in GRANT_SCHEMA.names if c != "remaining"), g.amount)
         .select_from(CreditGrant.__table__.outerjoin(CreditVoid.__table__, v.grant_id == g.grant_id))
         .where(g.effective_from <= last, or_null(g.expires, last), or_null(v.void_date, last))
-    ).all()
-    taken: dict[str, Decimal] = {}
-    if rows:
+    )
+    grants = read_arrow(conn, query, GRANT_SCHEMA)
+    if grants.num_rows == 0:
+        return grants
+    taken = {
+        r.grant_id: money_of(r.taken)
         for r in conn.execute(
             text(
                 f"SELECT grant_id, sum(taken) AS taken FROM ({CREDIT_LINES}) c WHERE c.period < :m "
                 "GROUP BY grant_id"
             ),
             {"m": month},
-        ):
-            taken[r.grant_id] = money_of(r.taken)
-    out: dict[str, list] = {name: [] for name in GRANT_SCHEMA.names}
-    for r in rows:
-        since, expires = as_date(r.effective_from), as_date(r.expires) if r.expires is not None else None
-        void_date = as_date(r.void_date) if r.void_date is not None else None
-        if not eligible(first, last, since, expires, void_date):
-            continue
-        remaining = max(money_of(r.amount) - taken.get(r.grant_id, Decimal(0)), Decimal(0))
-        values = (r.grant_id, r.account_id, r.kind, since, expires, int(r.priority), r.models, r.reason)
-        for name, value in zip(
-            GRANT_SCHEMA.names, (*values, remaining.quantize(Decimal("0.01"))), strict=True
-        ):
-            out[name].append(value)
-    return pa.table(out, schema=GRANT_SCHEMA)
+        )
+    }
+    if taken:  # few grants were taken of before: the rest keep their amount
+        ids = grants["grant_id"].to_pylist()
+        amounts = grants["remaining"].to_pylist()
+        left = [max(a - taken.get(i, Decimal(0)), Decimal(0)) for i, a in zip(ids, amounts, strict=True)]
+        grants = grants.set_column(
+            GRANT_SCHEMA.get_field_index("remaining"), GRANT_SCHEMA.field("remaining"), pa.array(left, AMOUNT)
+        )
+    return grants
 
 
 def or_null(column, last: dt.date):

@@ -131,6 +131,20 @@ def test_the_fading_fast_model_is_the_only_candidate_with_the_facts_a_pm_needs(
     preview = json.loads((tmp_path / f"preview-{FAST}" / "preview.json").read_text())
     assert preview["tiers"]["standard"]["delta"] == p["tiers"]["standard"]["delta"]
     assert Decimal(p["revenue_at_stake"]) == Decimal(preview["current_model_revenue"]) > 0
+    # what transition credits would cost: 3 months of each paying-more account's largest increase
+    increase: dict[str, Decimal] = {}
+    for row in preview["accounts"]:
+        if Decimal(row["delta"]) > 0:
+            increase[row["account_id"]] = max(
+                increase.get(row["account_id"], Decimal(0)), Decimal(row["delta"])
+            )
+    t = p["transition"]
+    assert (t["months"], t["accounts"], Decimal(t["total"])) == (3, len(increase), 3 * sum(increase.values()))
+    page = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "report.html").read_text())).split())
+    assert increase  # some accounts would pay more on the successor
+    assert f"USD {Decimal(t['total']):,.2f} in promotional credits on gpt-5.6-sol" in page.replace(
+        "\u00a0", " "
+    )
     # the accounts to contact: everyone active in the last 4 weeks or affected, with a change per tier
     with open(tmp_path / f"accounts-{FAST}.csv", encoding="utf-8") as f:
         contacts = list(csv.DictReader(f))

@@ -298,6 +298,12 @@ def test_each_document_has_a_pdf_with_its_number_customer_period_and_total(month
         names = dict(conn.execute(select(i.invoice_number, i.customer_name)).all())
         zones = dict(conn.execute(select(i.invoice_number, i.timezone)).all())
     engine.dispose()
+    credited = {
+        ln["invoice_number"]: ln["grant_id"]
+        for ln in _csv(month["out"] / "invoice_lines.csv")
+        if ln["grant_id"]
+    }
+    assert len(credited) >= 3
     pdfs = sorted(p.name for p in (month["out"] / "pdf").iterdir())
     assert pdfs == sorted(f"{d['invoice_number']}.pdf" for d in docs)
     for d in docs:
@@ -314,6 +320,8 @@ def test_each_document_has_a_pdf_with_its_number_customer_period_and_total(month
             assert f"corrects invoice {d['corrects']}" in text or f"corrects document {d['corrects']}" in text
         if d["status"] == "void":
             assert "VOID" in text and "billed to the wrong entity" in text
+        if d["invoice_number"] in credited:  # the PDF shows the credits as the page does
+            assert "Credits applied" in text and credited[d["invoice_number"]] in text
 
 
 def test_the_first_pdf_page_renders_as_a_page_with_ink(month, tmp_path):
