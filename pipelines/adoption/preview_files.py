@@ -12,6 +12,7 @@ from pathlib import Path
 from billing.invoices import month_bounds
 from pipelines.adoption.preview import PreviewResult
 from pipelines.errors import UsageBillingError
+from pipelines.invoicing.grants import COLUMNS
 from pipelines.runtime.outputs import atomic, neutralize_value, write_text
 
 CSV_COLUMNS = [
@@ -87,17 +88,6 @@ def markdown(result: PreviewResult) -> str:
 
 # What the retirement report prices transition credits over, unless --months says otherwise.
 TRANSITION_MONTHS = 3
-CREDIT_COLUMNS = (
-    "grant_id",
-    "account_id",
-    "amount",
-    "kind",
-    "effective_from",
-    "expires",
-    "priority",
-    "models",
-    "reason",
-)
 
 
 def _months_later(day: dt.date, months: int) -> dt.date:
@@ -143,7 +133,7 @@ def write_credits(result: PreviewResult, path: str | Path, months: int) -> tuple
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic(target) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(CREDIT_COLUMNS))
+            w = csv.DictWriter(f, fieldnames=list(COLUMNS))
             w.writeheader()
             w.writerows({k: neutralize_value(v) for k, v in g.items()} for g in grants)
     except OSError as exc:

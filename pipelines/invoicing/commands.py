@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pipelines.errors import UsageBillingError
 from pipelines.runtime.console import (
     AccountOpt,
     MonthOpt,
@@ -20,6 +18,7 @@ from pipelines.runtime.console import (
     step,
     warehouse_of,
 )
+from pipelines.runtime.dates import parse_date
 from pipelines.warehouse.unknown import describe
 
 invoices_app = typer.Typer(no_args_is_help=False, help="Invoices: draft, finalize, void, export.")
@@ -187,16 +186,9 @@ def credits_void(
     """End a grant for every month whose last day is on or after the void date."""
     from pipelines.invoicing import credits  # lazy: apache_beam
 
-    day = _iso_date(on, "--on") if on else None
+    day = parse_date(on, "--on") if on else None
     done = credits.void(warehouse_of(ctx), grant_id, reason, day)
     out.print(f"voided credit {grant_id} for months ending on or after {done}")
-
-
-def _iso_date(value: str, option: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise UsageBillingError(f"{option} {value!r} is not a date (YYYY-MM-DD)") from None
 
 
 @credits_app.command("show")

@@ -146,16 +146,7 @@ def grants_for_draft(conn: Connection, month: str) -> pa.Table:
     grants = read_arrow(conn, query, GRANT_SCHEMA)
     if grants.num_rows == 0:
         return grants
-    taken = {
-        r.grant_id: money_of(r.taken)
-        for r in conn.execute(
-            text(
-                f"SELECT grant_id, sum(taken) AS taken FROM ({CREDIT_LINES}) c WHERE c.period < :m "
-                "GROUP BY grant_id"
-            ),
-            {"m": month},
-        )
-    }
+    taken = _taken(conn, "c.period < :m", month)
     if taken:  # few grants were taken of before: the rest keep their amount
         ids = grants["grant_id"].to_pylist()
         amounts = grants["remaining"].to_pylist()
@@ -164,6 +155,12 @@ def grants_for_draft(conn: Connection, month: str) -> pa.Table:
             GRANT_SCHEMA.get_field_index("remaining"), GRANT_SCHEMA.field("remaining"), pa.array(left, AMOUNT)
         )
     return grants
+
+
+def _taken(conn: Connection, where: str, month: str) -> dict[str, Decimal]:
+    """Per grant, what the documents ``where`` selects (of CREDIT_LINES ``c``; ``:m`` = ``month``) took."""
+    query = f"SELECT grant_id, sum(taken) AS taken FROM ({CREDIT_LINES}) c WHERE {where} GROUP BY grant_id"
+    return {r.grant_id: money_of(r.taken) for r in conn.execute(text(query), {"m": month})}
 
 
 def or_null(column, last: dt.date):
@@ -192,18 +189,7 @@ def check_finalize(conn: Connection, month: str) -> None:
             raise UsageBillingError(
                 f"cannot finalize {month}: its drafts apply credit {grant_id!r}, void since; {how}"
             )
-    ids = [r[0] for r in drafted]
-    totals = {
-        r.grant_id: money_of(r.taken)
-        for r in conn.execute(
-            text(
-                f"SELECT grant_id, sum(taken) AS taken FROM ({CREDIT_LINES}) c "
-                "WHERE c.status = 'finalized' OR c.period = :m GROUP BY grant_id"
-            ),
-            {"m": month},
-        )
-        if r.grant_id in ids
-    }
+    totals = _taken(conn, "c.status = 'finalized' OR c.period = :m", month)
     for grant_id, amount, _ in drafted:
         if totals.get(grant_id, Decimal(0)) > money_of(amount):
             others = conn.execute(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -22,10 +22,12 @@ from sqlalchemy import Connection, Engine, func, select
 
 from billing.credits import KINDS
 from pipelines.errors import UsageBillingError
+from pipelines.runtime.dates import parse_date
+from pipelines.warehouse.accounts import records
 from pipelines.warehouse.engine import as_date
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
-from schemas.limits import MAX_ID_LENGTH, date_problem, id_problem
+from schemas.limits import MAX_ID_LENGTH, id_problem
 from schemas.warehouse import Account, CreditGrant
 
 COLUMNS = (
@@ -65,13 +67,9 @@ class Grant:
 
 def _date(value: str, where: str, field: str) -> dt.date:
     try:
-        day = dt.date.fromisoformat(value)
-    except ValueError:
-        raise UsageBillingError(f"{where}, {field}: {value!r} is not a date (YYYY-MM-DD)") from None
-    problem = date_problem(day)
-    if problem:
-        raise UsageBillingError(f"{where}, {field}: {day} {problem}")
-    return day
+        return parse_date(value, field)
+    except UsageBillingError as exc:
+        raise UsageBillingError(f"{where}, {field}: {exc}") from None
 
 
 def check_grant(raw: Mapping[str, str | None], where: str, catalog: Catalog, known: set[str]) -> Grant:
@@ -141,21 +139,6 @@ def check_grant(raw: Mapping[str, str | None], where: str, catalog: Catalog, kno
     return Grant(grant_id, account, amount, kind, since, expires, int(priority_text), models, reason)
 
 
-def _records(reader: csv.DictReader, path: Path) -> Iterator[tuple[int, int, dict]]:
-    """(row number, line, record): row 1 is the first after the header."""
-    n = 0
-    while True:
-        start = reader.line_num + 1
-        try:
-            rec = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise UsageBillingError(f"{path} line {start}: not valid CSV ({exc})") from None
-        n += 1
-        yield n, start, rec
-
-
 def parse_grants(path: Path, catalog: Catalog, known: set[str]) -> list[Grant]:
     """Every row of a credits CSV, checked; the first problem is one line naming the row and field."""
     if not path.is_file():
@@ -175,7 +158,7 @@ def parse_grants(path: Path, catalog: Catalog, known: set[str]) -> list[Grant]:
             reader.fieldnames = header
             grants: list[Grant] = []
             seen: dict[str, int] = {}
-            for n, line, rec in _records(reader, path):
+            for n, (line, rec) in enumerate(records(reader, path), start=1):
                 where = f"{path} row {n} (line {line})"
                 if None in rec:
                     raise UsageBillingError(f"{where}: more fields than the header has columns")

@@ -105,7 +105,7 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
         if twice:
             raise UsageBillingError(f"{path}: column {twice[0]!r} appears more than once in the header")
         reader.fieldnames = header
-        for start, rec in _records(reader, path):
+        for start, rec in records(reader, path):
             where = f"{path} line {start}"
             if None in rec:
                 raise UsageBillingError(f"{where}: more fields than the header has columns")
@@ -137,7 +137,7 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
     return rows
 
 
-def _records(reader: csv.DictReader, path: Path) -> Iterator[tuple[int, dict]]:
+def records(reader: csv.DictReader, path: Path) -> Iterator[tuple[int, dict]]:
     """Each record with the line it starts on. Parsed strictly: a quote that is never closed (which
     would swallow every later row into one field) or text after a closing quote refuses the file,
     naming the line where that record began."""

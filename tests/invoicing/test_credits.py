@@ -338,7 +338,7 @@ def test_loads_are_all_or_nothing_idempotent_and_name_the_row_and_field(ledger, 
         "expires": ({"effective_from": "2026-02-01", "expires": "2026-02-01"}, "must be after"),
         "models": ({"models": "gpt-9"}, "is not a model of the catalog"),
         "priority": ({"priority": "1.5"}, "is not an integer"),
-        "effective_from": ({"effective_from": "2026-02-30"}, "is not a date"),
+        "effective_from": ({"effective_from": "2026-02-30"}, "no such date: February 2026 has days 01 to 28"),
     }
     for field, (edit, says) in bad_rows.items():
         rows = [{**good[0], "grant_id": "x1"}, {**good[1], "grant_id": "x2", **edit}]
@@ -424,6 +424,6 @@ def test_cli_credits_commands_and_their_one_line_errors(tmp_path, catalog, capsy
         "error: credits grant, amount: '12.345' is not an amount in USD with at most 2 decimals "
         "(like 250.00)",
         "error: no credit grant 'nope' (see `usage-billing credits show --account A`)",
-        "error: --on '2026-13-01' is not a date (YYYY-MM-DD)",
+        "error: invalid --on '2026-13-01': no such date: there is no month 13",
         f"error: credits file not found: {tmp_path / 'missing.csv'}",
     ]
