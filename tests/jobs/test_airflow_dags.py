@@ -136,9 +136,12 @@ def _warehouse(root: Path, name: str, catalog) -> dict[str, str]:  # type: ignor
     }
 
 
-def _dag_tests(home: Path, runs: list[tuple[dict, str, str, dict | None]]) -> list[dict]:
+def _dag_tests(
+    home: Path, runs: list[tuple[dict, str, str, dict | None]], printed: list[str] | None = None
+) -> list[dict]:
     """``dag.test()`` of each (settings, dag id, logical date, conf) in turn, in one Airflow process
-    (starting Airflow and Beam once), each with its settings in the environment its tasks read."""
+    (starting Airflow and Beam once), each with its settings in the environment its tasks read;
+    ``printed`` gets what the process wrote (stdout and stderr)."""
     env = {**_env(home), "USAGE_BILLING_DAG_RETRIES": "0"}  # dag.test() would wait out retries
     plan = [[dag_id, logical, conf or {}, settings] for settings, dag_id, logical, conf in runs]
     done = subprocess.run(
@@ -148,6 +151,8 @@ def _dag_tests(home: Path, runs: list[tuple[dict, str, str, dict | None]]) -> li
         text=True,
         timeout=900,
     )
+    if printed is not None:
+        printed.append(done.stdout + done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and len(lines) == len(runs), (done.stdout[-2000:], done.stderr[-4000:])
     return [json.loads(line.removeprefix("RESULT ")) for line in lines]
@@ -210,7 +215,33 @@ def _unmetered_copy(settings: dict[str, str], scratch: Path) -> dict[str, str]:
     return copy
 
 
-def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(scenario, catalog):
+SECRET = "s3cr3t-Af-91xQ"
+
+
+def _with_password(postgres_settings, root: Path, catalog) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
+    """Settings of a PostgreSQL warehouse whose URL carries a password: working, and on a closed port."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_settings.database_url).set(password=SECRET).render_as_string(hide_password=False)
+    engine = make_engine(url)
+    load_accounts(engine, root / "landing" / "accounts.csv", catalog)
+    engine.dispose()
+    settings = {
+        "USAGE_BILLING_CONFIG": str(CATALOG_PATH),
+        "USAGE_BILLING_DATABASE_URL": url,
+        "USAGE_BILLING_LAKE": str(root / "secret" / "lake"),
+        "USAGE_BILLING_LANDING": str(root / "landing"),
+    }
+    closed = make_url(url).set(port=1).render_as_string(hide_password=False)
+    return settings, {**settings, "USAGE_BILLING_DATABASE_URL": closed}
+
+
+def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(
+    scenario, catalog, postgres_settings
+):
+    """... and a password in USAGE_BILLING_DATABASE_URL (the daily DAG once working, once against a
+    closed port, in the same Airflow process) reaches no task output, no log file and not Airflow's
+    metadata database."""
     from schemas.warehouse import BillableUsage, MeteredDay, ModelDaily, PoolUsage, UsageDaily
 
     root, home = scenario
@@ -218,7 +249,22 @@ def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(sc
     daily = [(via_airflow, "usage_daily", f"{day.isoformat()}T00:00:00+00:00", None) for day in DAYS]
     # Three days are not the history the weekly detector needs: its report task fails clearly.
     weekly = (via_airflow, "retirement_weekly", "2026-03-30T00:00:00+00:00", {"as_of": "2026-03-29"})
-    *days, week = _dag_tests(home, [*daily, weekly])
+    secret, closed = _with_password(postgres_settings, root, catalog)
+    printed: list[str] = []
+    *days, week, with_secret, refused = _dag_tests(
+        home,
+        [
+            *daily,
+            weekly,
+            (secret, "usage_daily", f"{DAYS[0].isoformat()}T00:00:00+00:00", None),
+            (closed, "usage_daily", f"{DAYS[1].isoformat()}T00:00:00+00:00", None),
+        ],
+        printed,
+    )
+    assert with_secret["state"] == "success" and refused["state"] == "failed", (with_secret, refused)
+    assert "Connection refused" in printed[0] and SECRET not in printed[0]
+    leaks = [p for p in root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaks == []  # the Airflow home (logs, metadata database) and the lake
     for day, result in zip(DAYS, days, strict=True):
         assert result["state"] == "success", result
         sunday = day.weekday() == 6
@@ -317,47 +363,3 @@ def test_weekly_dag_writes_the_report_the_command_line_writes(scenario, catalog,
     for model in flagged:
         for name in (f"preview-{model}/preview.csv", f"accounts-{model}.csv"):
             assert (dag_out / name).read_text() == (out / name).read_text(), name
-
-
-def test_a_password_in_the_database_url_never_reaches_airflow_output_logs_or_metadata(
-    scenario, catalog, postgres_settings, tmp_path
-):
-    """The daily DAG with a password in USAGE_BILLING_DATABASE_URL, once working and once against a
-    closed port: the password is in no task output, no log file and not in Airflow's metadata database."""
-    from sqlalchemy.engine import make_url
-
-    from pipelines.warehouse.accounts import load_accounts
-
-    secret = "s3cr3t-Af-91xQ"
-    root, home = scenario
-    url = make_url(postgres_settings.database_url).set(password=secret).render_as_string(hide_password=False)
-    engine = make_engine(url)
-    load_accounts(engine, root / "landing" / "accounts.csv", catalog)
-    engine.dispose()
-    settings = {
-        "USAGE_BILLING_CONFIG": str(CATALOG_PATH),
-        "USAGE_BILLING_DATABASE_URL": url,
-        "USAGE_BILLING_LAKE": str(tmp_path / "lake"),
-        "USAGE_BILLING_LANDING": str(root / "landing"),
-    }
-    closed = make_url(url).set(port=1).render_as_string(hide_password=False)
-    results = []
-    for s in (settings, {**settings, "USAGE_BILLING_DATABASE_URL": closed}):
-        plan = [["usage_daily", f"{DAYS[0].isoformat()}T00:00:00+00:00", {}, {}]]
-        done = subprocess.run(
-            [sys.executable, "-c", RUN, str(DAGS), json.dumps(plan)],
-            env={**_env(home, s), "USAGE_BILLING_DAG_RETRIES": "0"},
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert secret not in done.stdout + done.stderr
-        results.append(done.stdout + done.stderr)
-    assert '"state": "success"' in results[0], results[0][-3000:]
-    assert '"state": "failed"' in results[1] and "Connection refused" in results[1], results[1][-3000:]
-    leaks = [
-        p
-        for p in [*home.rglob("*"), *tmp_path.rglob("*")]
-        if p.is_file() and secret.encode() in p.read_bytes()
-    ]
-    assert leaks == []

@@ -20,7 +20,7 @@ from pipelines.usage import aggregate
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage, MeteredDay, ModelDaily, PoolUsage, UsageDaily
-from tests.conftest import date_args, small_dates, table_rows
+from tests.conftest import date_args, small_dates, sqlite_at, table_rows
 
 pytestmark = pytest.mark.slow
 TABLES = (UsageDaily, ModelDaily, BillableUsage, PoolUsage, MeteredDay)
@@ -45,9 +45,17 @@ def _lake_rows(root: str, kind: str) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: tuple(str(v) for v in r.values()))
 
 
+@pytest.fixture(scope="module")
+def one_thread(tmp_path_factory, small_landing, catalog):  # type: ignore[no-untyped-def]
+    """The rows of one thread, computed once for both modes."""
+    settings = sqlite_at(tmp_path_factory.mktemp("one-thread"), small_landing, "warehouse.db")
+    _run_all(settings, catalog, ["--direct_num_workers=1"])
+    return settings
+
+
 @pytest.mark.parametrize("mode", ["multi_threading", "multi_processing"])
-def test_two_workers_give_the_one_thread_rows(sqlite_settings, catalog, tmp_path, mode):
-    _run_all(sqlite_settings, catalog, ["--direct_num_workers=1"])
+def test_two_workers_give_the_one_thread_rows(one_thread, catalog, tmp_path, mode):
+    sqlite_settings = one_thread
     parallel = replace(
         sqlite_settings, lake=str(tmp_path / "p-lake"), database_url=f"sqlite:///{tmp_path}/p.db"
     )

@@ -1,7 +1,9 @@
 """Issue 9, point 4: a password in the database URL never leaks; hostile strings stay data.
 
-Every command runs as a real process against PostgreSQL (trust authentication accepts any password,
-so a URL with one works). The tests grep everything a person or a tool could read afterwards: stdout,
+Commands run against PostgreSQL (trust authentication accepts any password, so a URL with one works):
+the failures as real processes (their exit code and the one line on stderr), the working steps in
+the test's process with its file descriptors captured, so whatever they print is read as a
+process's output would be. The tests grep everything a person or a tool could read afterwards: stdout,
 stderr, every file the run wrote (lake, exports, reports) and a dump of the database.
 """
 
@@ -22,7 +24,7 @@ from sqlalchemy.engine import make_url
 from pipelines import lake
 from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine
-from tests.conftest import CATALOG_PATH, close_month
+from tests.conftest import CATALOG_PATH, cli_args, close_month
 from tests.runtime.test_faults import cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -40,23 +42,32 @@ def _leaks(folder: Path) -> list[str]:
 
 
 def test_a_password_in_the_database_url_appears_in_no_output_file_or_table(
-    postgres_settings, tmp_path, small_landing
+    postgres_settings, tmp_path, small_landing, capfd
 ):
     url = _with_password(postgres_settings.database_url)
     s = Settings(
         config=str(CATALOG_PATH), database_url=url, lake=str(tmp_path / "lake"), landing=str(small_landing)
     )
+    from pipelines.cli import main
+
+    def here(*args: str) -> subprocess.CompletedProcess:
+        """A step in this process, its file descriptors captured: what it prints is what a process would."""
+        code = main([*cli_args(s), *args])
+        printed = capfd.readouterr()
+        return subprocess.CompletedProcess(args, code, printed.out, printed.err)
+
     runs = [
-        cli(s, "db", "upgrade"),
-        cli(s, "accounts", "load", str(Path(small_landing) / "accounts.csv")),
-        cli(s, "run-day", "--date", DAY.isoformat()),
-        cli(s, "quota", "show", "--account", "acct-00001", "--at", "2026-03-02T23:00:00+00:00"),
+        here("db", "upgrade"),
+        here("accounts", "load", str(Path(small_landing) / "accounts.csv")),
+        here("run-day", "--date", DAY.isoformat()),
+        here("quota", "show", "--account", "acct-00001", "--at", "2026-03-02T23:00:00+00:00"),
     ]
     close_month(s, "2026-03", tmp_path)
+    capfd.readouterr()
     runs += [
-        cli(s, "invoices", "draft", "--month", "2026-03"),
-        cli(s, "invoices", "finalize", "--month", "2026-03"),
-        cli(s, "invoices", "export", "--month", "2026-03", "--out", str(tmp_path / "exports")),
+        here("invoices", "draft", "--month", "2026-03"),
+        here("invoices", "finalize", "--month", "2026-03"),
+        here("invoices", "export", "--month", "2026-03", "--out", str(tmp_path / "exports")),
         cli(s, "retirement", "report", "--as-of", "2026-03-08", "--out", str(tmp_path / "reports")),
         cli(s, "run-day", "--date", "2026-02-30"),  # a user mistake
     ]
@@ -112,8 +123,10 @@ def _event(i: int, account: str, model: str = "gpt-5.1") -> dict:
 
 
 def test_hostile_account_ids_and_model_names_stay_data_through_the_command_line_and_ingest(
-    postgres_settings, tmp_path
+    postgres_settings, tmp_path, capfd
 ):
+    from pipelines.cli import main
+
     landing = tmp_path / "landing"
     (landing / DAY.isoformat()).mkdir(parents=True)
     events = [_event(i, a) for i, a in enumerate(HOSTILE)]
@@ -150,13 +163,17 @@ def test_hostile_account_ids_and_model_names_stay_data_through_the_command_line_
     raw = next(r for r in quarantine if r["event_id"] == "evt-hostile-0101")
     assert "gpt-5.1'; DROP TABLE invoices; --" in json.dumps(raw, ensure_ascii=False, default=str)
 
+    # each account id as an argument of the command, parsed as a process parses it (in this process:
+    # what a real process adds, its exit code and one line on stderr, is shown by the commands below)
     for account in HOSTILE:
-        shown = cli(s, "quota", "show", "--account", account, "--at", f"{DAY}T23:00:00+00:00")
-        assert shown.returncode == 0, shown.stderr
-        assert account in shown.stdout and "plus" in shown.stdout
+        code = main([*cli_args(s), "quota", "show", "--account", account, "--at", f"{DAY}T23:00:00+00:00"])
+        shown = capfd.readouterr()
+        assert code == 0, shown.err
+        assert account in shown.out and "plus" in shown.out
     for account in (LONG, "nobody' OR '1'='1"):
-        shown = cli(s, "quota", "show", "--account", account)
-        assert shown.returncode == 2 and len(shown.stderr.strip().splitlines()) == 1, shown.stderr
+        code = main([*cli_args(s), "quota", "show", "--account", account])
+        shown = capfd.readouterr()
+        assert code == 2 and len(shown.err.strip().splitlines()) == 1, shown.err
     voided = cli(
         s, "invoices", "void", "--number", "INV' OR '1'='1", "--reason", "'; DELETE FROM invoices; --"
     )
