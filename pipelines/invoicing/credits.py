@@ -14,7 +14,8 @@ earlier months' documents left of each (``grants_for_draft``); ``billing.credits
 from __future__ import annotations
 
 import datetime as dt
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -36,7 +37,7 @@ from pipelines.invoicing.grants import (
 )
 from pipelines.invoicing.months import month_lock
 from pipelines.warehouse.engine import as_date, read_arrow
-from pipelines.warehouse.locks import step_lock
+from pipelines.warehouse.locks import Fence, step_lock
 from schemas import lines as line_types
 from schemas.lake import AMOUNT
 from schemas.warehouse import CreditGrant, CreditVoid
@@ -73,7 +74,8 @@ def void(engine: Engine, grant_id: str, reason: str, on: dt.date | None = None) 
             }
         )
     # the months it could change are locked, so no draft or finalize of them interleaves
-    with _locks(engine, [CREDITS_LOCK, *(month_lock(p) for p in periods)]) as fence, engine.begin() as conn:
+    locks = [CREDITS_LOCK, *(month_lock(p) for p in periods)]
+    with _step_locks(engine, locks) as fences, engine.begin() as conn:
         g, v = CreditGrant.__table__.c, CreditVoid.__table__.c
         if conn.execute(select(g.grant_id).where(g.grant_id == grant_id)).first() is None:
             raise UsageBillingError(
@@ -102,31 +104,16 @@ def void(engine: Engine, grant_id: str, reason: str, on: dt.date | None = None) 
                 grant_id=grant_id, void_date=day, reason=reason.strip(), voided_at=dt.datetime.now(dt.UTC)
             )
         )
-        fence.check(conn)
+        for fence in fences:
+            fence.check(conn)
     return day
 
 
-class _locks:
-    """Several step locks held together (taken in the order given)."""
-
-    def __init__(self, engine: Engine, names: list[str]) -> None:
-        self.engine, self.names, self.stack = engine, names, ExitStack()
-
-    def __enter__(self):
-        fences = [self.stack.enter_context(step_lock(self.engine, n)) for n in self.names]
-        return _Fences(fences)
-
-    def __exit__(self, *exc) -> None:
-        self.stack.__exit__(*exc)
-
-
-class _Fences:
-    def __init__(self, fences: list) -> None:
-        self.fences = fences
-
-    def check(self, conn: Connection) -> None:
-        for f in self.fences:
-            f.check(conn)
+@contextmanager
+def _step_locks(engine: Engine, names: list[str]) -> Iterator[list[Fence]]:
+    """Several step locks held together (taken in the order given): their fences."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(step_lock(engine, n)) for n in names]
 
 
 def grants_for_draft(conn: Connection, month: str) -> pa.Table:

@@ -15,7 +15,7 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, func, select
@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, func, select
 from billing.credits import KINDS
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.dates import parse_date
-from pipelines.warehouse.accounts import records
+from pipelines.warehouse.accounts import checked_header, records
 from pipelines.warehouse.engine import as_date
 from pipelines.warehouse.locks import step_lock
 from schemas.catalog import Catalog
@@ -48,7 +48,6 @@ MAX_PRIORITY = 10**6
 MAX_REASON = 1000
 
 
-# What finalized (not void) documents and the drafts of a month took of each grant, net.
 @dataclass(frozen=True)
 class Grant:
     grant_id: str
@@ -101,10 +100,7 @@ def check_grant(raw: Mapping[str, str | None], where: str, catalog: Catalog, kno
             f"{where}, amount: {amount_text!r} is not an amount in {catalog.currency} with at most 2 "
             "decimals (like 250.00)"
         )
-    try:
-        amount = Decimal(amount_text)
-    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
-        raise UsageBillingError(f"{where}, amount: {amount_text!r} is not a number") from None
+    amount = Decimal(amount_text)  # the pattern admits only decimals
     if amount <= 0:
         raise UsageBillingError(f"{where}, amount: {amount_text} must be more than 0")
     kind = field("kind")
@@ -146,16 +142,9 @@ def parse_grants(path: Path, catalog: Catalog, known: set[str]) -> list[Grant]:
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle, strict=True)
-            header = [(name or "").strip() for name in (reader.fieldnames or [])]
-            missing = [c for c in COLUMNS if c not in header]
-            if missing:
-                raise UsageBillingError(
-                    f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}"
-                )
-            extra = [c for c in header if c not in COLUMNS]
+            extra = [c for c in checked_header(reader, path, COLUMNS) if c not in COLUMNS]
             if extra:
                 raise UsageBillingError(f"{path}: unknown column {extra[0]!r}; expected {','.join(COLUMNS)}")
-            reader.fieldnames = header
             grants: list[Grant] = []
             seen: dict[str, int] = {}
             for n, (line, rec) in enumerate(records(reader, path), start=1):

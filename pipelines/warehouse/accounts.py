@@ -95,16 +95,7 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
     rows: list[AccountRow] = []
     with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle, strict=True)
-        header = [(name or "").strip() for name in (reader.fieldnames or [])]
-        missing = [c for c in COLUMNS if c not in header]
-        if missing:
-            raise UsageBillingError(
-                f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}"
-            )
-        twice = sorted({c for c in header if header.count(c) > 1})
-        if twice:
-            raise UsageBillingError(f"{path}: column {twice[0]!r} appears more than once in the header")
-        reader.fieldnames = header
+        checked_header(reader, path, COLUMNS)
         for start, rec in records(reader, path):
             where = f"{path} line {start}"
             if None in rec:
@@ -135,6 +126,22 @@ def _parse(path: Path, catalog: Catalog) -> list[AccountRow]:
             rows.append(AccountRow(account, plan, tz, active_from, until, **contact))
     _check_overlaps(rows, path)
     return rows
+
+
+def checked_header(reader: csv.DictReader, path: Path, required: tuple[str, ...]) -> list[str]:
+    """The CSV's header, trimmed, set on ``reader``: refused (one line) when a ``required`` column is
+    missing or a column appears twice (a DictReader would keep the last one's values silently)."""
+    header = [(name or "").strip() for name in (reader.fieldnames or [])]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise UsageBillingError(
+            f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(required)}"
+        )
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise UsageBillingError(f"{path}: column {twice[0]!r} appears more than once in the header")
+    reader.fieldnames = header
+    return header
 
 
 def records(reader: csv.DictReader, path: Path) -> Iterator[tuple[int, dict]]:

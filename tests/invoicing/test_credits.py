@@ -344,6 +344,10 @@ def test_loads_are_all_or_nothing_idempotent_and_name_the_row_and_field(ledger, 
         rows = [{**good[0], "grant_id": "x1"}, {**good[1], "grant_id": "x2", **edit}]
         with pytest.raises(UsageBillingError, match=rf"row 2 \(line 3\), {field}: .*{says}"):
             credits.load(engine, _csv(tmp_path / f"{field}.csv", rows), catalog)
+    twice = tmp_path / "twice.csv"  # a column twice: a reader would keep one of its values silently
+    twice.write_text(HEADER.strip() + ",amount\n" + ",".join(good[0][c] for c in credits.COLUMNS) + ",1.00\n")
+    with pytest.raises(UsageBillingError, match="column 'amount' appears more than once in the header"):
+        credits.load(engine, twice, catalog)
     zero = [{**good[0], "grant_id": "x0", "amount": "0"}]
     with pytest.raises(UsageBillingError, match=r"row 1 .* amount: 0 must be more than 0"):
         credits.load(engine, _csv(tmp_path / "zero.csv", zero), catalog)
