@@ -90,7 +90,8 @@ def markdown(result: PreviewResult) -> str:
 TRANSITION_MONTHS = 3
 
 
-def _months_later(day: dt.date, months: int) -> dt.date:
+def months_later(day: dt.date, months: int) -> dt.date:
+    """The first day of the month ``months`` after ``day``'s."""
     index = day.year * 12 + day.month - 1 + months
     return dt.date(index // 12, index % 12 + 1, 1)
 
@@ -108,7 +109,7 @@ def transition_grants(result: PreviewResult, months: int) -> list[dict[str, str]
         if row["delta"] > 0:
             increase[row["account_id"]] = max(increase.get(row["account_id"], Decimal(0)), row["delta"])
     start = month_bounds(r.month)[1] + dt.timedelta(days=1)
-    ends = _months_later(start, months)
+    ends = months_later(start, months)
     return [
         {
             "grant_id": f"transition-{r.model}-{r.month}-{account}"[:200],

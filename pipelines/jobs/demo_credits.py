@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 
 from pipelines.adoption.candidate import last_complete_month
 from pipelines.adoption.preview import preview
-from pipelines.adoption.preview_files import TRANSITION_MONTHS, write_credits
+from pipelines.adoption.preview_files import TRANSITION_MONTHS, months_later, write_credits
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import grants
 from schemas.catalog import Catalog
@@ -45,7 +45,7 @@ def starting_grants(engine: Engine, catalog: Catalog, start: dt.date, folder: Pa
         )
     if not top:
         return 0
-    ends = dt.date(start.year + (start.month + 2) // 12, (start.month + 2) % 12 + 1, 1)
+    ends = months_later(start, 3)
     rows = [
         f"demo-prepaid-{account},{account},250.00,paid,{start},,0,,prepaid block"
         if n < 2
@@ -71,7 +71,7 @@ def transition_grants(
         return
     path = folder / "transition-credits.csv"
     result.transition, result.transition_total = write_credits(previewed, path, TRANSITION_MONTHS)
-    result.transition_month = f"{dt.date.fromisoformat(month + '-01') + dt.timedelta(days=31):%Y-%m}"
+    result.transition_month = month_after(as_of)
     grants.load(engine, path, catalog)
 
 
