@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from billing.balances import Balances, empty_balances
 from billing.calendar import period_end, period_start
+from billing.crossings import CROSSINGS_SCHEMA, crossings
 from billing.plan import mask
 from billing.tokens import kind_matrix, split_pro_rata
 from schemas import tokens
@@ -48,6 +49,9 @@ class Allocation:
         pa.Table
     )  # account_id, plan, pool, period_start, period_end, allowance, used, remaining, exhausted_at
     balances: pa.Table  # BALANCE_SCHEMA: the state given, then per key and local day with events
+    # event_index, plan, pool, period_start, threshold, used, allowance: one row per (balance key,
+    # threshold of the catalog's ``[notifications]``) that an event of these crossed (``billing.crossings``)
+    crossings: pa.Table
 
 
 def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) -> Allocation:
@@ -64,7 +68,8 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
     state = empty_balances() if state is None else state.select(BALANCE_SCHEMA.names).cast(BALANCE_SCHEMA)
     ev = _ordered(events, state)
     remaining = ev.demand.copy()  # what no pool has covered yet, per event
-    parts = _Parts(draws=[], pools=[], balances=[state])
+    parts = _Parts(draws=[], pools=[], balances=[state], crossings=[])
+    thresholds = catalog.notifications.pool_thresholds
     for plan in catalog.plans:
         in_plan = mask(pc.equal(ev.plan, plan.id))[ev.order]
         in_state = mask(pc.equal(state["plan"], plan.id))
@@ -76,7 +81,12 @@ def allocate(events: pa.Table, catalog: Catalog, state: pa.Table | None = None) 
             if len(pos) == 0 and len(given.keys) == 0:
                 continue
             keys = _keys(ev, pos, pool, given)
+            offered = remaining[keys.pos] if thresholds else None
             running, covered = _draw(keys, remaining, pool.allowance_tokens)
+            if offered is not None and len(pos):
+                events = ev.order[keys.pos]
+                crossing = crossings(events, keys.starts, running, offered, plan.id, pool, thresholds)
+                parts.crossings.append(crossing)
             exhausted, exhausted_day = _exhaustion(ev, keys, given, running, pool.allowance_tokens)
             parts.draws.append(_draw_rows(ev, keys, plan.id, pool, covered))
             parts.pools.append(_key_rows(ev, keys, given, plan.id, pool, covered, exhausted))
@@ -299,6 +309,7 @@ class _Parts:
     draws: list[pa.Table]
     pools: list[pa.Table]
     balances: list[pa.Table]
+    crossings: list[pa.Table]
 
 
 def _result(ev: _Ordered, remaining: np.ndarray, parts: _Parts) -> Allocation:
@@ -315,6 +326,7 @@ def _result(ev: _Ordered, remaining: np.ndarray, parts: _Parts) -> Allocation:
         pa.concat_tables(parts.draws) if parts.draws else _empty_draws(),
         pa.concat_tables(parts.pools) if parts.pools else _empty_pools(),
         pa.concat_tables(parts.balances),
+        pa.concat_tables(parts.crossings) if parts.crossings else CROSSINGS_SCHEMA.empty_table(),
     )
 
 

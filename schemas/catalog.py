@@ -26,6 +26,7 @@ from schemas.catalog_sections import (
     AdoptionConfig,
     EffectivenessConfig,
     InvoicingConfig,
+    NotificationsConfig,
     Seller,
     _no_float,
     _Strict,
@@ -211,6 +212,7 @@ class Catalog(_Strict):
     adoption: AdoptionConfig = Field(default_factory=AdoptionConfig)
     invoicing: InvoicingConfig = Field(default_factory=InvoicingConfig)
     effectiveness: EffectivenessConfig = Field(default_factory=EffectivenessConfig)
+    notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     seller: Seller = Field(default_factory=lambda: Seller(name="usage-billing"))
     payment_terms_days: int = Field(
         30, ge=0, le=365, strict=True, description="days from a document's issue date to its due date"

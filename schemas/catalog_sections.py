@@ -108,3 +108,49 @@ class EffectivenessConfig(_Strict):
     @property
     def per_hour(self) -> Decimal:
         return self.rework_cost_per_hour if self.rework_cost_per_hour is not None else Decimal("0")
+
+
+def _threshold_list(value: object, what: str) -> list[Decimal]:
+    """Shares of an allowance or a grant: numbers (or decimal strings) in (0, 1], ascending, unique."""
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list of shares like [0.8, 1.0]")
+    out: list[Decimal] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int | float | str | Decimal):
+            raise ValueError(f"{what}: {v!r} is not a number")
+        try:
+            share = Decimal(str(v))
+        except ArithmeticError:
+            raise ValueError(f"{what}: {v!r} is not a number") from None
+        if not share.is_finite() or not 0 < share <= 1:
+            raise ValueError(f"{what}: {v} is not a share in (0, 1]")
+        if share.as_tuple().exponent < -4:  # type: ignore[operator]
+            raise ValueError(f"{what}: {v} has more than 4 decimal places")
+        out.append(share.normalize())
+    if out != sorted(set(out)):
+        raise ValueError(f"{what} must be ascending and each given once, got {value}")
+    return out
+
+
+class NotificationsConfig(_Strict):
+    """When accounts are told (``[notifications]``): shares of a pool's allowance used in a period,
+    shares of a credit grant used, and how many days before a grant with a balance left expires.
+    Absent: no notifications."""
+
+    pool_thresholds: list[Decimal] = Field(default_factory=list)
+    credit_thresholds: list[Decimal] = Field(default_factory=list)
+    expiry_notice_days: int | None = Field(None, ge=1, le=366, strict=True)
+
+    @field_validator("pool_thresholds", mode="before")
+    @classmethod
+    def _pool(cls, value: object) -> list[Decimal]:
+        return _threshold_list(value, "pool_thresholds")
+
+    @field_validator("credit_thresholds", mode="before")
+    @classmethod
+    def _credit(cls, value: object) -> list[Decimal]:
+        return _threshold_list(value, "credit_thresholds")
+
+    @property
+    def any(self) -> bool:
+        return bool(self.pool_thresholds or self.credit_thresholds or self.expiry_notice_days)

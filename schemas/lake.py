@@ -43,6 +43,23 @@ ALLOCATION_SCHEMA = pa.schema(
     ]
 )
 
+# A pool threshold crossed (``billing.crossings``) by an event of the metered dates, staged by the meter
+# and recorded in the warehouse's ``notifications`` outbox in the metering's own transaction.
+CROSSING_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("plan", pa.string()),
+        ("pool", pa.string()),
+        ("period_start", pa.date32()),
+        ("threshold", pa.string()),
+        ("used", pa.int64()),
+        ("allowance", pa.int64()),
+        ("event_id", pa.string()),
+        ("event_time", TIMESTAMP),
+        ("local_day", pa.date32()),
+    ]
+)
+
 # lake/pool_state/date=D/: a balance key's state at the end of a local day, what a later run starts from.
 BALANCE_SCHEMA = pa.schema(
     [

@@ -98,6 +98,7 @@ class MeterResult:
     counts: dict[str, int]  # rows loaded: billable_usage, pool_usage, allocations
     notes: list[str]  # what the run started from, and later days it metered again
     seconds: dict[str, float]  # wall time of the Beam pipeline ("pipeline"), the load and commit ("load")
+    notifications: int = 0  # outbox rows written: thresholds crossed and retractions (pipelines.notify)
 
 
 def run(context: RunContext, dates: list[dt.date], options: StepOptions | None = None) -> MeterResult:
@@ -165,6 +166,7 @@ def _run(context: RunContext, dates: list[dt.date], options: StepOptions, fence:
         began = time.perf_counter()
         faults.checkpoint("meter.load")
         counts = load_warehouse(engine, catalog, stage, dates, run_id, plan.started, fence)
+        notifications = counts.pop("notifications")
         with engine.begin() as conn:
             mark_metered(conn, first, last, plan.started)
             fence.check(conn)
@@ -176,7 +178,7 @@ def _run(context: RunContext, dates: list[dt.date], options: StepOptions, fence:
             log.warning("quota meter %s..%s: %s", first, last, unknown)
     finally:
         lake.discard(stage)
-    return MeterResult(counts, notes, seconds)
+    return MeterResult(counts, notes, seconds, notifications)
 
 
 @dataclass(frozen=True)

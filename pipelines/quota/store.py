@@ -18,6 +18,7 @@ from billing.calendar import Coupling
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.hashing import HASH, runs, shard_segments, stable_hash
+from pipelines.notify.pools import record_pools
 from pipelines.quota.checks import check_totals
 from pipelines.warehouse.engine import as_date, insert_arrow, replace_rows
 from pipelines.warehouse.locks import Fence
@@ -302,6 +303,7 @@ def load_warehouse(
     first, last = dates[0], dates[-1]
     billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
     draws = _staged(stage, "pool_draws")
+    crossings = _staged(stage, "crossings")
     if days is not None:
         days = sum_by(days, ["local_day", "utc_day"])
     check_totals(billable, days)
@@ -334,12 +336,14 @@ def load_warehouse(
         conn.execute(delete(pt).where(and_(pt.c.period_end >= first, pt.c.period_start <= last)))
         if pools is not None:
             insert_arrow(conn, pt, pools)
+        written = record_pools(conn, crossings, first, last, f"quota meter {run_id}")
         if fence is not None:
             fence.check(conn)  # the last statement: a run that lost its lock commits nothing
     return {
         "billable_usage": 0 if billable is None else billable.num_rows,
         "pool_usage": 0 if pools is None else pools.num_rows,
         "pool_draws": 0 if draws is None else draws.num_rows,
+        "notifications": written["crossed"] + written["retracted"],
     }
 
 

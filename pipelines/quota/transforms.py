@@ -31,7 +31,7 @@ from pipelines.quota.store import (
 from schemas import tokens
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA
-from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
+from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA, CROSSING_SCHEMA
 
 COLUMNS = [
     "event_id",
@@ -121,6 +121,7 @@ class AllocateShard(beam.DoFn):
             pc.less_equal(pools["period_start"], pa.scalar(self.last, pa.date32())),
         )
         yield "pools", shard, pools.filter(overlaps)
+        yield "crossings", shard, _crossing_rows(events, result.crossings, in_range)
         records, models = _allocation_records(events, result.draws, in_range)
         yield "pool_draws", shard, pool_draws(records, models)
         name = f"shard-{shard:04d}"
@@ -169,6 +170,15 @@ def _allocation_records(events: pa.Table, draws: pa.Table, in_range: pa.Array) -
     )
     keep = in_range.take(idx)
     return records.filter(keep), events["model"].take(idx).filter(keep)
+
+
+def _crossing_rows(events: pa.Table, crossings: pa.Table, in_range: pa.Array) -> pa.Table:
+    """The thresholds crossed by events of the metered dates, with the event (id, time, local day)."""
+    idx = crossings["event_index"]
+    rows = crossings.drop_columns(["event_index"])
+    for name in ("account_id", "event_id", "event_time", "local_day"):
+        rows = rows.append_column(name, pc.cast(events[name].take(idx), CROSSING_SCHEMA.field(name).type))
+    return rows.select(CROSSING_SCHEMA.names).filter(in_range.take(idx))
 
 
 class StageShardTable(beam.DoFn):

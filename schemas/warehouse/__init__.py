@@ -33,6 +33,7 @@ from schemas.warehouse.effectiveness import (
     EffectivenessWeek,
     TaskEffectiveness,
 )
+from schemas.warehouse.notifications import Notification
 from schemas.warehouse.operations import (
     Account,
     DqAcceptance,
@@ -78,6 +79,7 @@ __all__ = [
     "ModelDaily",
     "ModelMigration",
     "ModelWeekly",
+    "Notification",
     "PipelineLock",
     "PoolDraw",
     "PoolUsage",

@@ -24,7 +24,7 @@ from pipelines.quota import meter, store
 from pipelines.warehouse.accounts import load_accounts, load_accounts_table
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.lake import ALLOCATION_SCHEMA
-from schemas.warehouse import Account, BillableUsage, PoolDraw, PoolUsage
+from schemas.warehouse import Account, BillableUsage, Notification, PoolDraw, PoolUsage
 from tests.conftest import CATALOG_PATH, date_args, small_dates, table_rows
 
 
@@ -102,9 +102,13 @@ def test_every_token_of_the_metered_days_is_included_or_overage_once(ingested):
 
 def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingested, tmp_path, catalog):
     dates = small_dates()
-    first = _meter(ingested, dates)
+    result = meter.main([*ingested.argv(), *date_args(dates)])
+    first = result.counts
     once = (table_rows(ingested.database_url, BillableUsage), table_rows(ingested.database_url, PoolUsage))
-    assert _meter(ingested, dates) == first
+    said = _said(ingested.database_url)
+    assert result.notifications == len(said) > 0  # the pools' thresholds crossed, in the same load
+    again = meter.main([*ingested.argv(), *date_args(dates)])
+    assert again.counts == first and again.notifications == 0  # a rerun crosses nothing new
     assert (
         table_rows(ingested.database_url, BillableUsage),
         table_rows(ingested.database_url, PoolUsage),
@@ -123,6 +127,19 @@ def test_metering_day_by_day_equals_all_at_once_and_reruns_change_nothing(ingest
         for n, d in zip(started[1:], dates[1:], strict=True)
     )
     assert (table_rows(other.database_url, BillableUsage), table_rows(other.database_url, PoolUsage)) == once
+    assert _said(other.database_url) == said  # the same crossings, ids and figures, day by day
+
+
+def _said(url: str) -> list[tuple]:
+    """What the outbox says (not when or by which run)."""
+    n = Notification.__table__.c
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(n.notification_id, n.type, n.account_id, n.pool, n.period_start, n.threshold, n.data)
+        ).all()
+    engine.dispose()
+    return sorted(tuple(r) for r in rows)
 
 
 @pytest.mark.slow

@@ -1,0 +1,1 @@
+"""Notifications: thresholds crossed, recorded with the results that caused them, delivered later."""
