@@ -19,6 +19,7 @@ from pipelines.errors import UsageBillingError
 from pipelines.ingest.commands import dq_app, events_app
 from pipelines.invoicing.commands import credits_app, invoices_app
 from pipelines.jobs.commands import jobs_app
+from pipelines.notify.commands import notify_app
 from pipelines.quota.commands import quota_app
 from pipelines.runtime import compat
 from pipelines.runtime.console import err, out
@@ -47,6 +48,7 @@ app.add_typer(retirement_app, name="retirement")
 app.add_typer(lake_app, name="lake")
 app.add_typer(invoices_app, name="invoices")
 app.add_typer(credits_app, name="credits")
+app.add_typer(notify_app, name="notify")
 app.registered_commands += jobs_app.registered_commands  # run-day and demo: top-level commands
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +26,46 @@ DEFAULT_LANDING = "data/landing"
 
 
 @dataclass(frozen=True)
+class NotifySettings:
+    """Where ``notify deliver`` sends notifications and how it retries (``USAGE_BILLING_WEBHOOK_*``,
+    ``USAGE_BILLING_NOTIFY_*``). No webhook URL: JSON lines under ``<lake>/notifications/``."""
+
+    webhook_url: str | None = None
+    webhook_secret: str | None = field(default=None, repr=False)  # never printed
+    retry_base_s: float = 30.0  # the first retry's wait; each later one doubles it
+    max_attempts: int = 8  # then the notification is dead (``notify retry --dead`` resends)
+    timeout_s: float = 10.0  # no answer within this: a failed attempt
+    concurrency: int = 4  # requests in flight at once
+
+    @classmethod
+    def from_env(cls) -> NotifySettings:
+        url = os.environ.get("USAGE_BILLING_WEBHOOK_URL") or None
+        secret = os.environ.get("USAGE_BILLING_WEBHOOK_SECRET") or None
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UsageBillingError(f"USAGE_BILLING_WEBHOOK_URL must be an http(s) URL, got {url!r}")
+        if url is not None and secret is None:
+            raise UsageBillingError(
+                "USAGE_BILLING_WEBHOOK_URL is set but USAGE_BILLING_WEBHOOK_SECRET is not: webhooks are "
+                "always signed (a Standard Webhooks secret, whsec_<base64>)"
+            )
+        return cls(
+            webhook_url=url,
+            webhook_secret=secret,
+            retry_base_s=_at_least_zero(
+                "USAGE_BILLING_NOTIFY_RETRY_BASE_S", "30", float, "a number of seconds"
+            ),
+            max_attempts=max(
+                1, _at_least_zero("USAGE_BILLING_NOTIFY_MAX_ATTEMPTS", "8", int, "a whole number")
+            ),
+            timeout_s=_at_least_zero("USAGE_BILLING_NOTIFY_TIMEOUT_S", "10", float, "a number of seconds")
+            or 10.0,
+            concurrency=max(
+                1, _at_least_zero("USAGE_BILLING_NOTIFY_CONCURRENCY", "4", int, "a whole number")
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     config: str = DEFAULT_CONFIG
     database_url: str = DEFAULT_DATABASE_URL
@@ -36,6 +76,7 @@ class Settings:
     reports_root: str | None = None  # where the weekly DAG writes retirement reports (else beside the lake)
     lock_wait: float = 0.0  # seconds a step waits for a lock another run holds
     dag_retries: int = 2  # how often an Airflow task is retried
+    notify: NotifySettings = field(default_factory=lambda: NotifySettings())  # where notifications go
 
     @classmethod
     def from_env(cls, **overrides: str | None) -> Settings:
@@ -54,6 +95,7 @@ class Settings:
             reports_root=os.environ.get("USAGE_BILLING_REPORTS"),
             lock_wait=_at_least_zero("USAGE_BILLING_LOCK_WAIT", "0", float, "a number of seconds"),
             dag_retries=_at_least_zero("USAGE_BILLING_DAG_RETRIES", "2", int, "a whole number"),
+            notify=NotifySettings.from_env(),
         )
 
     @property

@@ -48,6 +48,7 @@ from pipelines.lake.paths import (  # noqa: F401
     read_json,
     staging,
     stamps,
+    write_bytes,
     write_json,
 )
 from pipelines.lake.spill import (  # noqa: F401

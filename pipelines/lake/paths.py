@@ -276,7 +276,11 @@ def partition_dates(lake: str, dataset: str) -> list[dt.date]:
 
 @io_errors
 def write_json(path: str, payload: object) -> None:
-    data = json.dumps(payload, sort_keys=True, default=str).encode()
+    write_bytes(path, json.dumps(payload, sort_keys=True, default=str).encode())
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """A whole file at once (a local file appears complete or not at all)."""
     if is_local(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}"

@@ -12,7 +12,7 @@ Checkpoints: ``lake.write`` (after each Parquet file a run writes into its stagi
 ``lake.commit`` (after each partition swap of an ingest commit), ``lake.manifest`` (an object-store
 commit's files copied, its manifest not yet replaced),
 ``warehouse.load.<table>`` (rows inserted, transaction still open), ``invoices.finalize`` (numbers
-given, not committed).
+given, not committed), ``notify.sent`` (a round of notifications sent, not yet marked sent).
 """
 
 from __future__ import annotations

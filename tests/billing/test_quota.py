@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -627,3 +628,27 @@ def test_split_equals_the_reference_row_by_row(rows):
     total = np.array([r[3] * sum(r[:3]) // 100 for r in rows], dtype=np.int64)  # never above demand
     got = split_pro_rata(total, kinds)
     assert got.tolist() == [split(int(t), k.tolist()) for t, k in zip(total, kinds, strict=True)]
+
+
+def test_a_threshold_is_crossed_by_the_event_that_reaches_it_exactly_once_per_period():
+    """0.8 of the main pool (500) is 400 tokens: reached exactly by the 4th event; 1.0 by the 5th
+    (the exhaustion: where spill-over to the model's own pool starts); each once, and a state that
+    starts past them crosses nothing again."""
+    catalog = CATALOG.model_copy(
+        update={
+            "notifications": CATALOG.notifications.model_copy(
+                update={"pool_thresholds": [Decimal("0.8"), Decimal("1")]}
+            )
+        }
+    )
+    events = [_ev(i, T + dt.timedelta(minutes=i), model="m1", inp=100, plan="b") for i in range(7)]
+    result = allocate(_table(events), catalog)
+    crossed = [(c["event_index"], c["pool"], c["threshold"], c["used"]) for c in result.crossings.to_pylist()]
+    assert crossed == [(3, "main", "0.8", 400), (4, "main", "1", 500)]
+    assert (
+        result.pools.filter(pc.equal(result.pools["pool"], "main"))["exhausted_at"][0].as_py()
+        == events[4]["event_time"]
+    )
+    state = balances_at(result.balances, T.date(), T.date())
+    later = [_ev(9, T + dt.timedelta(hours=5), model="m1", inp=50, plan="b")]
+    assert allocate(_table(later), catalog, state).crossings.num_rows == 0
