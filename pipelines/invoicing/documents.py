@@ -55,6 +55,7 @@ from billing.pricing import MissingPriceError
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import credits, history
 from pipelines.invoicing.months import check_month, month_lock, open_reason, stale_reason
+from pipelines.notify.credits import record_credits
 from pipelines.runtime import faults
 from pipelines.warehouse.engine import insert_arrow, read_arrow
 from pipelines.warehouse.locks import step_lock
@@ -148,6 +149,8 @@ def draft(engine: Engine, catalog: Catalog, month: str, open_month: bool = False
         insert_arrow(conn, InvoiceLine.__table__, lines)
         insert_arrow(conn, InvoicePlan.__table__, periods)
         unknown = tuple(unknown_drafts(conn, month))
+        if not still_open:  # an open month's drafts are a preview: nobody is told of them
+            record_credits(conn, catalog, month, f"invoices draft {month}")
         fence.check(conn)
     total = pc.sum(header["total"]).as_py() if header.num_rows else 0
     counts = (invoices.num_rows, adjusting.num_rows, lines.num_rows)

@@ -3,10 +3,12 @@ that caused them (``record``), each exactly once.
 
 A crossing is a fact keyed by (type, account, pool or grant, period start, threshold). Its id is a
 stable hash of that key and of how many times the key was crossed before, so a rerun, a replay or a
-re-metering that does not move the crossing finds the key already crossed and writes nothing. A
-crossing in a run's scope that the run no longer computes (a re-metering moved the usage, a redraft
-gave a credit back) is never edited or deleted: a ``<type>.retracted`` notification with the same key
-follows it, and a later crossing of the key is a new notification (the next generation).
+re-metering that does not move the crossing finds the key already crossed with the same figures and
+writes nothing. A crossing in a run's scope that the run no longer computes (a re-metering moved the
+usage, a redraft gave a credit back), or computes with other figures (another event crossed it, a
+credit was crossed in another month), is never edited or deleted: a ``<type>.retracted``
+notification with the same key and data follows it, and the crossing as it is now is a new
+notification (the key's next generation, another id).
 """
 
 from __future__ import annotations
@@ -141,30 +143,45 @@ def record(
     states = _states(conn, type_, where)
     now = dt.datetime.now(dt.UTC)
     rows: list[dict[str, Any]] = []
+    retracted = 0
     seen: set[tuple] = set()
     for c in computed:
         seen.add(c.key)
         state = states.get(c.key)
+        data = _json(c.data)
         if state is not None and state.active is not None:
-            continue
+            if state.active[1:] == (c.local_day, data):
+                continue  # the same crossing, the same figures: nothing new
+            rows.append(_retraction(c.key, state.active, now, source))  # it moved: said again below
+            retracted += 1
         generation = 0 if state is None else state.generations
-        rows.append(_row(notification_id(c.key, generation), c.key, c.local_day, None, c.data, now, source))
-    crossed = len(rows)
+        rows.append(_row(notification_id(c.key, generation), c.key, c.local_day, None, data, now, source))
     for key, state in states.items():
         if state.active is None or key in seen or not in_scope(key, state.active[1]):
             continue
-        crossing_id, day, data = state.active
-        retracted_key = (key[0] + RETRACTED, *key[1:])
-        rows.append(
-            _row(retraction_id(crossing_id), retracted_key, day, crossing_id, json.loads(data), now, source)
-        )
+        rows.append(_retraction(key, state.active, now, source))
+        retracted += 1
     if rows:
         insert_arrow(conn, Notification.__table__, pa.Table.from_pylist(rows, OUTBOX_SCHEMA))
-    return {"crossed": crossed, "retracted": len(rows) - crossed}
+    return {"crossed": len(rows) - retracted, "retracted": retracted}
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def _retraction(
+    key: tuple, active: tuple[str, dt.date, str], now: dt.datetime, source: str
+) -> dict[str, Any]:
+    """The retraction of the standing crossing ``active`` of ``key``: its data repeated."""
+    crossing_id, day, data = active
+    return _row(
+        retraction_id(crossing_id), (key[0] + RETRACTED, *key[1:]), day, crossing_id, data, now, source
+    )
 
 
 def _row(
-    nid: str, key: tuple, day: dt.date, retracts: str | None, data: dict, now: dt.datetime, source: str
+    nid: str, key: tuple, day: dt.date, retracts: str | None, data: str, now: dt.datetime, source: str
 ) -> dict[str, Any]:
     type_, account, plan, pool, grant_id, period_start, threshold = key
     return {
@@ -178,7 +195,7 @@ def _row(
         "threshold": threshold,
         "local_day": day,
         "retracts": retracts,
-        "data": json.dumps(data, separators=(",", ":"), sort_keys=True),
+        "data": data,
         "created_at": now,
         "source": source[:200],
         "status": "pending",

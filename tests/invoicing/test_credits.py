@@ -10,6 +10,7 @@ a month closes (tests/invoicing/test_invoicing.py covers that on metered data)."
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from collections import defaultdict
 from decimal import Decimal
@@ -24,6 +25,7 @@ from billing.pricing import price_in_force
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import credits
 from pipelines.invoicing import documents as invoicing
+from pipelines.notify.outbox import CREDIT_CROSSED, CREDIT_EXPIRING
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import BillableUsage
@@ -285,6 +287,68 @@ def _check_invariants(engine, grants: list[dict]) -> None:  # type: ignore[no-un
     assert negative == []
 
 
+def _standing(engine, type_: str | None) -> dict:  # type: ignore[no-untyped-def]
+    """The notifications of ``type_`` (None: all) not retracted: (grant, threshold) -> data."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT notification_id, type, grant_id, threshold, retracts, data FROM notifications")
+        )
+        rows = rows.all()
+    gone = {r.retracts for r in rows if r.retracts}
+    return {
+        (r.grant_id, r.threshold): json.loads(r.data)
+        for r in rows
+        if r.notification_id not in gone and not r.retracts and (type_ is None or r.type == type_)
+    }
+
+
+def _credit_crossings(truth: dict, grants: list[dict], catalog) -> dict:  # type: ignore[no-untyped-def]
+    out = {}
+    for g in grants:
+        amount, cum = Decimal(g["amount"]), Decimal(0)
+        shares = list(catalog.notifications.credit_thresholds)
+        for month in MONTHS:
+            cum += truth.get((g["account_id"], month), {"credits": {}})["credits"].get(
+                g["grant_id"], Decimal(0)
+            )
+            while shares and cum >= shares[0] * amount:
+                share = shares.pop(0)
+                out[(g["grant_id"], str(share))] = {
+                    "account_id": g["account_id"],
+                    "grant_id": g["grant_id"],
+                    "threshold": float(share),
+                    "applied": f"{cum:.2f}",
+                    "amount": f"{amount:.2f}",
+                    "month": month,
+                }
+    return out
+
+
+def _expiring(truth: dict, grants: list[dict], catalog, month: str) -> dict:  # type: ignore[no-untyped-def]
+    last = month_bounds(month)[1]
+    out = {}
+    for g in grants:
+        expires = dt.date.fromisoformat(g["expires"]) if g["expires"] else None
+        if expires is None or not last < expires <= last + dt.timedelta(
+            days=catalog.notifications.expiry_notice_days
+        ):
+            continue
+        amount = Decimal(g["amount"])
+        applied = sum((v["credits"].get(g["grant_id"], Decimal(0)) for v in truth.values()), Decimal(0))
+        if applied < amount:
+            out[(g["grant_id"], None)] = {
+                "account_id": g["account_id"],
+                "grant_id": g["grant_id"],
+                "threshold": None,
+                "applied": f"{applied:.2f}",
+                "amount": f"{amount:.2f}",
+                "remaining": f"{amount - applied:.2f}",
+                "expires": expires.isoformat(),
+                "month": month,
+            }
+    return out
+
+
 def test_credits_and_commitments_equal_the_reference_month_after_month_and_after_backdating(
     ledger, catalog, tmp_path
 ):
@@ -313,11 +377,25 @@ def test_credits_and_commitments_equal_the_reference_month_after_month_and_after
     assert sum(len(v["credits"]) for v in truth.values()) >= 10  # the scenario applies many grants
     assert sum(1 for v in truth.values() if v["true_up"]) >= 2  # and bills the commitment's shortfall
     assert any(v["total"] == 0 and v["credits"] for v in truth.values())  # credits cover a whole invoice
-    # nothing changed: drafting again issues nothing
+    # The notifications standing after all this: each grant's thresholds crossed in the month the
+    # reference's credits first reach them, with the figures of then.
+    assert _standing(engine, CREDIT_CROSSED) == _credit_crossings(truth, everything, catalog)
+    # A grant expiring within the notice after a month's end can serve no later month: each month's
+    # draft gives the notices of its window, with the balance the reference leaves.
+    notices = {k: v for month in MONTHS for k, v in _expiring(truth, everything, catalog, month).items()}
+    assert _standing(engine, CREDIT_EXPIRING) == notices and len(notices) >= 2
+    with engine.connect() as conn:  # the backdating moved crossings: retracted, then said as they are now
+        moved = conn.execute(
+            text(f"SELECT count(*) FROM notifications WHERE type = '{CREDIT_CROSSED}.retracted'")
+        )
+        assert moved.scalar_one() > 0
+    said = _standing(engine, None)
+    # nothing changed: drafting again issues nothing, and says nothing new
     assert (
         invoicing.draft(engine, catalog, MONTHS[0]).adjustments,
         invoicing.draft(engine, catalog, MONTHS[-1]).adjustments,
     ) == (0, 0)
+    assert _standing(engine, None) == said
 
 
 def test_loads_are_all_or_nothing_idempotent_and_name_the_row_and_field(ledger, catalog, tmp_path):

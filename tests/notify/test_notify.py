@@ -187,3 +187,54 @@ def test_a_killed_deliver_resumes_without_loss_and_json_lines_are_the_default(me
     assert sorted(e["id"] for e in lines) == sorted(receiver.taken)
     assert {e["id"]: e for e in lines} == receiver.taken
     engine.dispose()
+
+
+@pytest.mark.parametrize("metered_once", ["sqlite"], indirect=True)  # the outbox logic is one SQL path
+def test_a_crossing_that_a_remetering_undoes_is_retracted_never_edited_and_a_new_one_gets_a_new_id(
+    metered, tmp_path
+):
+    from pipelines.cli import main
+
+    engine = make_engine(metered.database_url)
+    n = Notification.__table__.c
+    columns = (
+        n.notification_id,
+        n.type,
+        n.account_id,
+        n.pool,
+        n.period_start,
+        n.threshold,
+        n.retracts,
+        n.data,
+    )
+    with engine.connect() as conn:
+        before = {r.notification_id: tuple(r) for r in conn.execute(select(*columns))}
+    account = max({r[2] for r in before.values()}, key=lambda a: (sum(r[2] == a for r in before.values()), a))
+    crossed = {i: r for i, r in before.items() if r[2] == account}
+    source = Path(metered.landing) / "accounts.csv"
+    rows = source.read_text().split("\n")
+    moved = [
+        ",".join([account, "", *line.split(",")[2:]]) if line.startswith(account + ",") else line
+        for line in rows
+    ]  # pay as you go: no pool, so no crossing
+    (tmp_path / "payg.csv").write_text("\n".join(moved))
+
+    def meter_with(accounts: Path) -> dict[str, tuple]:
+        assert main([*cli_args(metered), "accounts", "load", str(accounts)]) == 0
+        assert main([*cli_args(metered), "quota", "meter", "--from", DAYS[0], "--to", DAYS[-1]]) == 0
+        with engine.connect() as conn:
+            return {r.notification_id: tuple(r) for r in conn.execute(select(*columns))}
+
+    after = meter_with(tmp_path / "payg.csv")
+    assert {i: after[i] for i in before} == before  # nothing said is changed or deleted
+    new = {i: r for i, r in after.items() if i not in before}
+    assert {r[6] for r in new.values()} == set(crossed)  # one retraction per crossing of the account
+    assert all(r[1] == POOL_CROSSED + ".retracted" and r[2] == account for r in new.values())
+    assert all(new[i][7] == before[new[i][6]][7] for i in new)  # it repeats what it retracts
+
+    again = meter_with(source)  # the plan back: the crossings again, as new notifications
+    fresh = {i: r for i, r in again.items() if i not in after}
+    assert sorted(r[1:6] + r[7:] for r in fresh.values()) == sorted(r[1:6] + r[7:] for r in crossed.values())
+    assert not set(fresh) & set(before)
+    assert meter_with(source) == again  # and a rerun that moves nothing writes nothing
+    engine.dispose()
