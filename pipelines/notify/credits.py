@@ -64,7 +64,7 @@ def record_credits(conn: Connection, catalog: Catalog, month: str, source: str) 
     return written
 
 
-def _crossed(grant, taken: list[tuple[str, Decimal]], config) -> list[Crossing]:  # type: ignore[no-untyped-def]
+def _crossed(grant, taken: list[tuple[str, Decimal]], config) -> list[Crossing]:
     amount = money_of(grant.amount)
     out, shares, cum = [], list(config.credit_thresholds), Decimal(0)
     for period, part in sorted(taken):
@@ -88,7 +88,7 @@ def _crossed(grant, taken: list[tuple[str, Decimal]], config) -> list[Crossing]:
     return out
 
 
-def _expiring(grant, taken: list[tuple[str, Decimal]], month: str) -> list[Crossing]:  # type: ignore[no-untyped-def]
+def _expiring(grant, taken: list[tuple[str, Decimal]], month: str) -> list[Crossing]:
     """The notice, if the grant has a balance left and is not void."""
     if grant.void_date is not None:
         return []
