@@ -3,7 +3,9 @@
 
 One landing date per run (the data interval's start, UTC): wait for `landing/<date>/`, ingest it,
 run the data-quality gate on every partition it changed, aggregate those dates, re-meter the quota
-pools they touch (to the end of their periods), and compute the effectiveness of every ISO week whose
+pools they touch (to the end of their periods), deliver the notifications of the thresholds that
+metering crossed (beside the rest: a receiver that is down holds nothing back), and compute the
+effectiveness of every ISO week whose
 requests or task outcomes changed. Late events are recomputed: ingest reports the past
 dates it changed and the next steps include them, with any date an earlier, interrupted run left in the
 recompute queue (the aggregate and meter steps mark the queue rows they took).
@@ -61,6 +63,14 @@ def usage_daily():
             outlet_events[USAGE_DAY].extra = {"date": ds, "recomputed": done["aggregated"]}
         return done
 
+    @task
+    def deliver_notifications(_: dict) -> dict:
+        """Thresholds the metering crossed, to the webhook (or JSON lines under the lake); a leaf, so a
+        receiver that is down never holds billing back: what is not sent stays pending."""
+        from pipelines.jobs.tasks import deliver_notifications
+
+        return deliver_notifications()
+
     @task(outlets=[WEEK_COMPLETE])
     def week_complete(_: dict, ds=None, outlet_events=None) -> str:
         from airflow.exceptions import AirflowSkipException
@@ -98,6 +108,7 @@ def usage_daily():
         previous >> done
         previous = state = done
         if step is PUBLISHED:
+            deliver_notifications(done)
             week_complete(done)
             month_closed(done)
 

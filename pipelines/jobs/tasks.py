@@ -42,6 +42,20 @@ def context() -> Iterator[RunContext]:
         yield opened
 
 
+def deliver_notifications(max_seconds: float = 600.0) -> dict[str, Any]:
+    """The daily DAG's delivery after metering, beside the rest of the chain: what it cannot send
+    stays pending for the next run, and another delivery already running is not an error."""
+    from pipelines.notify.deliver import deliver
+    from pipelines.warehouse.locks import LockBusy
+
+    with context() as ctx:
+        try:
+            done = deliver(ctx.engine, ctx.settings.lake, ctx.settings.notify, max_seconds)
+        except LockBusy as exc:
+            return {"skipped": str(exc)}
+    return {"sent": done.sent, "failed": done.failed, "dead": done.dead, "pending": done.left}
+
+
 def month_grace_days() -> int:
     """Landing days after a month's end when it closes for invoicing: its last UTC day can be the day
     after the month (accounts west of UTC), plus the catalog's ``[invoicing] close_grace_days``."""

@@ -162,6 +162,14 @@ def _dag_test(home: Path, settings: dict, dag_id: str, logical: str, conf: dict 
     return _dag_tests(home, [(settings, dag_id, logical, conf)])[0]
 
 
+def _rows(env: dict, query: str) -> list[tuple]:
+    engine = make_engine(env["USAGE_BILLING_DATABASE_URL"])
+    with engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(text(query))]
+    engine.dispose()
+    return rows
+
+
 def _settings_of(env: dict) -> Settings:
     return Settings(
         config=env["USAGE_BILLING_CONFIG"],
@@ -269,6 +277,16 @@ def test_daily_monthly_and_weekly_dags_produce_what_the_command_line_produces(
         assert result["state"] == "success", result
         sunday = day.weekday() == 6
         assert result["tasks"]["week_complete"] == ("success" if sunday else "skipped"), result
+        assert result["tasks"]["deliver_notifications"] == "success", result
+    # The crossings the metering wrote, delivered after it (by default as JSON lines under the lake).
+    lake = Path(via_airflow["USAGE_BILLING_LAKE"])
+    delivered = [
+        json.loads(x)["id"] for f in lake.glob("notifications/*/*.jsonl") for x in f.read_text().splitlines()
+    ]
+    said = {
+        r[0] for r in _rows(via_airflow, "SELECT notification_id FROM notifications WHERE status = 'sent'")
+    }
+    assert len(delivered) == len(said) > 0 and set(delivered) == said
     assert week["state"] == "failed" and week["tasks"]["report"] == "failed", week
 
     close_month(_settings_of(via_airflow), "2026-03", root / "airflow")
