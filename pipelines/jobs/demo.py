@@ -34,12 +34,14 @@ from pipelines.ingest.options import IngestFlags
 from pipelines.ingest.quality_pages import index_path
 from pipelines.invoicing import documents as invoicing
 from pipelines.invoicing.export import export
+from pipelines.jobs import demo_notify
 from pipelines.jobs import demo_summary as summary
 from pipelines.jobs.chain import DAILY, run_chain
 from pipelines.jobs.demo_credits import DemoCredits, month_after, starting_grants, transition_grants
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
 from pipelines.jobs.steps import DayState
+from pipelines.notify.deliver import deliver
 from pipelines.runtime.context import RunContext, split_argv
 from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts
@@ -194,6 +196,8 @@ def run_demo(
                 open_months.append(month)
             else:
                 invoicing.finalize(engine, catalog, month)
+        done = deliver(engine, settings.lake, settings.notify)  # the daily DAG delivers after metering
+        delivered = f"{done.sent:,} delivered ({done.sink}), {done.left:,} pending"
         step(STEPS[9])
         closed = [m for m in months if m not in open_months]
         exports = Path(settings.exports) / closed[-1] if closed else None
@@ -232,6 +236,7 @@ def run_demo(
     summary.why_charged(out, engine, settings)
     summary.invoices(out, engine, months, catalog)
     summary.credits(out, engine, story, catalog, FAST_MODEL)
+    demo_notify.notifications(out, engine, catalog, FAST_MODEL, delivered)
     for month in open_months:
         out.print(
             f"{month} is still open (the landing days of its grace for late data are not ingested): "

@@ -141,6 +141,21 @@ def test_the_demo_writes_every_output_the_readme_names(tmp_path):
     # on its successor offered transition credits, which their August documents show
     assert re.search(r"credits: prepaid 2 .*; promotional 2 .*; transition \d+", out), out
     assert re.search(r"transition credits: \d+ of gpt-5.3-codex-spark's accounts would pay more", out)
+    # notifications: the pools' thresholds crossed, delivered as JSON lines; the backup tank as they saw it
+    found = re.search(
+        r"main pools: ([\d,]+) accounts crossed 80%, ([\d,]+) accounts crossed 100%; ([\d,]+) of", out
+    )
+    assert found, out
+    crossed80, crossed100, tank = (int(g.replace(",", "")) for g in found.groups())
+    assert crossed80 >= crossed100 >= tank > 0
+    delivered = re.search(r"notifications: ([\d,]+) written .*; ([\d,]+) delivered \(JSON lines", out)
+    assert delivered and delivered.group(1) == delivered.group(2), out
+    sent = [
+        x
+        for f in (folder / "data" / "lake" / "notifications").rglob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    assert len(sent) == int(delivered.group(2).replace(",", ""))
     shows = [p for p in html if "transition-gpt-5.3-codex-spark-2026-07-" in p.read_text(encoding="utf-8")]
     assert shows and "Credits applied" in shows[0].read_text(encoding="utf-8")
     _fits_a_terminal_of_80_columns(folder)
