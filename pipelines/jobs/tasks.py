@@ -23,8 +23,10 @@ from pipelines.adoption.retirement import run
 from pipelines.jobs.chain import DAILY, MONTHLY, run_chain, step_named
 from pipelines.jobs.steps import DayState, MonthState
 from pipelines.lake.paths import use_filesystem_options
+from pipelines.notify.deliver import deliver
 from pipelines.runtime.context import RunContext
 from pipelines.settings import Settings
+from pipelines.warehouse.locks import LockBusy
 
 
 def settings() -> Settings:
@@ -45,9 +47,6 @@ def context() -> Iterator[RunContext]:
 def deliver_notifications(max_seconds: float = 600.0) -> dict[str, Any]:
     """The daily DAG's delivery after metering, beside the rest of the chain: what it cannot send
     stays pending for the next run, and another delivery already running is not an error."""
-    from pipelines.notify.deliver import deliver
-    from pipelines.warehouse.locks import LockBusy
-
     with context() as ctx:
         try:
             done = deliver(ctx.engine, ctx.settings.lake, ctx.settings.notify, max_seconds)

@@ -23,7 +23,7 @@ def notify_deliver(
 ) -> None:
     """Send the pending notifications that are due: to USAGE_BILLING_WEBHOOK_URL (signed), else as
     JSON lines under <lake>/notifications/."""
-    from pipelines.notify.deliver import deliver
+    from pipelines.notify.deliver import deliver  # lazy: apache_beam
 
     settings = settings_of(ctx)
     d = deliver(warehouse_of(ctx), settings.lake, settings.notify, max_seconds)
@@ -86,7 +86,7 @@ def notify_retry(
     """Make the dead notifications pending again, from a first attempt; `notify deliver` sends them."""
     if not dead:
         raise typer.BadParameter("say which: --dead", param_hint="--dead")
-    from pipelines.notify.deliver import retry_dead
+    from pipelines.notify.deliver import retry_dead  # lazy: apache_beam
 
     count = retry_dead(warehouse_of(ctx))
     out.print(f"{count:,} dead notifications pending again")

@@ -20,7 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
 from sqlalchemy import Connection, Engine, bindparam, func, select, update
+from standardwebhooks.webhooks import Webhook
 
 from pipelines import lake
 from pipelines.runtime import faults
@@ -48,9 +52,6 @@ class Delivered:
 def cloudevent(row: Any) -> bytes:
     """A notification as a CloudEvents 1.0 JSON object in structured mode: the same bytes every time
     (its time is when it was recorded), so a resend is byte for byte the first send."""
-    from cloudevents.core.formats.json import JSONFormat  # lazy: only delivery needs the SDK
-    from cloudevents.core.v1.event import CloudEvent
-
     attributes = {
         "id": row.notification_id,
         "source": SOURCE,
@@ -66,9 +67,6 @@ class WebhookSink:
     """POSTs signed per the Standard Webhooks spec (webhook-id, webhook-timestamp, webhook-signature)."""
 
     def __init__(self, config: NotifySettings) -> None:
-        import httpx  # lazy: only delivery needs them
-        from standardwebhooks.webhooks import Webhook
-
         assert config.webhook_url and config.webhook_secret
         self.url, self.webhook = config.webhook_url, Webhook(config.webhook_secret)
         limits = httpx.Limits(
