@@ -56,6 +56,7 @@ def quota_meter(
     with step("metering quota pools"), RunContext.open(s, beam_args) as context:
         result = meter.run(context, dates, StepOptions(flags.run_id))
     out.print(", ".join(f"{name}: {n:,} rows" for name, n in result.counts.items()))
+    out.print(f"notifications: {result.notifications:,} written (thresholds crossed and retractions)")
     for note in result.notes:
         out.print(note)
     seconds = result.seconds
