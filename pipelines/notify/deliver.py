@@ -38,6 +38,7 @@ NOTIFICATIONS = "notifications"  # <lake>/notifications/date=D/<run>.jsonl: the 
 BATCH = 500  # notifications taken per round
 SOURCE = "usage-billing"
 CONTENT_TYPE = "application/cloudevents+json"
+NOT_TRIED = "not tried: the run's time was up"  # stays pending, no attempt counted
 
 
 @dataclass
@@ -76,11 +77,14 @@ class WebhookSink:
         self.pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="notify")
         self.name = f"webhook {config.webhook_url}"
 
-    def send(self, rows: list[Any]) -> list[str | None]:
-        """Per row: None when the receiver took it, else the error."""
-        return list(self.pool.map(self._post, rows))
+    def send(self, rows: list[Any], deadline: float) -> list[str | None]:
+        """Per row: None when the receiver took it, else the error (``NOT_TRIED``: the run's time was up
+        before its turn; no attempt counted)."""
+        return list(self.pool.map(lambda row: self._post(row, deadline), rows))
 
-    def _post(self, row: Any) -> str | None:
+    def _post(self, row: Any, deadline: float) -> str | None:
+        if time.monotonic() >= deadline:
+            return NOT_TRIED
         body = cloudevent(row)
         now = dt.datetime.now(dt.UTC)
         headers = {
@@ -109,14 +113,14 @@ class JsonLinesSink:
         self.lake_root, self.run_id, self.round = lake_root, run_id, 0
         self.name = f"JSON lines under {lake.join(lake_root, NOTIFICATIONS)}"
 
-    def send(self, rows: list[Any]) -> list[str | None]:
+    def send(self, rows: list[Any], deadline: float) -> list[str | None]:
         self.round += 1
         day = dt.datetime.now(dt.UTC).date()
         folder = lake.partition(self.lake_root, NOTIFICATIONS, day)
         path = lake.join(folder, f"{self.run_id}-{self.round:05d}.jsonl")
         try:
             lake.write_bytes(path, b"".join(cloudevent(r) + b"\n" for r in rows))
-        except OSError as exc:
+        except Exception as exc:  # any file system's failure: the round is retried later
             return [f"{type(exc).__name__}: {exc}"[:1000]] * len(rows)
         return [None] * len(rows)
 
@@ -145,7 +149,7 @@ def deliver(
                     rows = _due(conn, clock(), BATCH)
                 if not rows:
                     break
-                errors = sink.send(rows)
+                errors = sink.send(rows, deadline)
                 faults.checkpoint("notify.sent")  # sent, not yet marked: a kill here sends them again
                 with engine.begin() as conn:
                     _settle(conn, rows, errors, config, clock(), done)
@@ -179,6 +183,8 @@ def _settle(
     n = Notification.__table__
     sent, retry, dead = [], [], []
     for row, error in zip(rows, errors, strict=True):
+        if error == NOT_TRIED:
+            continue
         attempts = row.attempts + 1
         if error is None:
             sent.append({"id": row.notification_id, "attempts": attempts, "at": now})

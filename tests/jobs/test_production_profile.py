@@ -42,7 +42,7 @@ CONFIG = GeneratorConfig(
     start=START, days=3, accounts=60, events_per_day=700, seed=5, duplicate_rate=0.02, late_rate=0.03,
     late_max_days=2,
 )  # fmt: skip
-VOLATILE = {"run_id", "invoice_id", "corrects", "lake_id", "lake_path", "bound_by", "details"}
+VOLATILE = {"run_id", "invoice_id", "corrects", "lake_id", "lake_path", "bound_by", "details", "source"}
 
 
 def _catalog(tmp_path: Path) -> str:

@@ -19,10 +19,11 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import DBAPIError
 
+from pipelines.cli import main
 from pipelines.notify import deliver as delivery
 from pipelines.notify.outbox import POOL_CROSSED
 from pipelines.settings import NotifySettings, Settings
-from pipelines.warehouse.engine import make_engine
+from pipelines.warehouse.engine import as_utc, make_engine
 from schemas.catalog import load_catalog
 from schemas.warehouse import Notification, PoolUsage
 from tests.conftest import ROOT, Built, build_once, cli_args, small_dates
@@ -61,8 +62,14 @@ def expected_crossings(settings: Settings) -> dict[tuple, dict]:
     p = PoolUsage.__table__.c
     with engine.connect() as conn:
         pools = {
-            (r.account_id, r.plan, r.pool, str(r.period_start)[:10]): (r.allowance, r.used)
-            for r in conn.execute(select(p.account_id, p.plan, p.pool, p.period_start, p.allowance, p.used))
+            (r.account_id, r.plan, r.pool, str(r.period_start)[:10]): (
+                r.allowance,
+                r.used,
+                as_utc(r.exhausted_at),
+            )
+            for r in conn.execute(
+                select(p.account_id, p.plan, p.pool, p.period_start, p.allowance, p.used, p.exhausted_at)
+            )
         }
     engine.dispose()
     records = ds.dataset(f"{settings.lake}/allocations", format="parquet", partitioning="hive").to_table()
@@ -72,7 +79,7 @@ def expected_crossings(settings: Settings) -> dict[tuple, dict]:
         draws.setdefault(key, []).append((r["event_time"], r["event_id"], r["tokens"]))
     out = {}
     for key, rows in draws.items():
-        allowance, used = pools[key]
+        allowance, used, exhausted_at = pools[key]
         assert sum(t for _, _, t in rows) == used  # every draw of the period is in the records
         cum = 0
         shares = list(catalog.notifications.pool_thresholds)
@@ -80,6 +87,8 @@ def expected_crossings(settings: Settings) -> dict[tuple, dict]:
             cum += tokens
             while shares and cum >= Fraction(str(shares[0])) * allowance:
                 share = shares.pop(0)
+                if share == 1:  # the exhaustion: the event pool_usage names (and quota explain shows)
+                    assert when == exhausted_at, key
                 out[(*key, float(share))] = {
                     "used": cum,
                     "allowance": allowance,
@@ -107,7 +116,7 @@ def _config(url: str | None, **kw) -> NotifySettings:  # type: ignore[no-untyped
     )
 
 
-def test_every_crossing_arrives_signed_once_through_500s_slow_answers_and_closed_connections(metered):
+def test_every_crossing_arrives_signed_once_through_500s_slow_answers_and_closed_connections(metered, capsys):
     expected = expected_crossings(metered)
     assert len(expected) > 50 and {k[-1] for k in expected} == {0.8, 1.0}
     engine = make_engine(metered.database_url)
@@ -121,7 +130,19 @@ def test_every_crossing_arrives_signed_once_through_500s_slow_answers_and_closed
     with engine.connect() as conn:
         errors = set(conn.execute(select(n.last_error).where(n.status == "dead")).scalars())
     assert errors == {"HTTP 500: "}
-    assert delivery.retry_dead(engine) == len(expected)
+    capsys.readouterr()
+    assert main([*cli_args(metered), "notify", "list", "--status", "dead", "--limit", "3"]) == 0
+    listed = capsys.readouterr().out
+    assert f"{POOL_CROSSED}: 0 pending, 0 sent, {len(expected):,} dead" in listed
+    assert listed.count("dead after 2 attempt(s), last error: HTTP 500") == 3
+    assert main([*cli_args(metered), "notify", "retry", "--dead"]) == 0
+    assert f"{len(expected):,} dead notifications pending again" in capsys.readouterr().out
+
+    # A receiver that answers too slowly: the run's time bound stops it after a few requests; what it
+    # did not try stays pending with no attempt counted.
+    with Receiver(faults=["slow"] * 10_000, slow_s=0.6) as slow:
+        done = delivery.deliver(engine, lake, _config(slow.url), max_seconds=1.0)
+    assert done.sent == 0 and 0 < done.failed == slow.requests <= 12 and done.left == len(expected)
 
     # Then a receiver that fails the first 30 requests in every way: retried until all are taken.
     with Receiver(faults=FAULTS, slow_s=0.8) as flaky:
@@ -193,8 +214,6 @@ def test_a_killed_deliver_resumes_without_loss_and_json_lines_are_the_default(me
 def test_a_crossing_that_a_remetering_undoes_is_retracted_never_edited_and_a_new_one_gets_a_new_id(
     metered, tmp_path
 ):
-    from pipelines.cli import main
-
     engine = make_engine(metered.database_url)
     n = Notification.__table__.c
     columns = (
