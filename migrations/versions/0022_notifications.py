@@ -22,7 +22,7 @@ depends_on = None
 
 SAID = (
     "notification_id, type, account_id, plan, pool, grant_id, period_start, threshold, local_day, "
-    "retracts, data, created_at, source"
+    "event_id, occurred_at, retracts, data, created_at, source"
 )
 MESSAGE = "a notification never changes: a retracted notification follows one that no longer holds"
 
@@ -75,29 +75,41 @@ def upgrade() -> None:
             comment="pool: the crossing event's local day; credit: the first day of the month drafted",
         ),
         sa.Column(
+            "event_id",
+            sa.String(length=200),
+            nullable=True,
+            comment="pool: the event that crossed the threshold",
+        ),
+        sa.Column(
+            "occurred_at", sa.TIMESTAMP(timezone=True), nullable=True, comment="pool: that event's time"
+        ),
+        sa.Column(
             "retracts", sa.String(length=64), nullable=True, comment="retracted: the notification it undoes"
         ),
-        sa.Column("data", sa.Text(), nullable=False, comment="the CloudEvent's data, JSON"),
+        sa.Column("data", sa.Text(), nullable=False, comment="the figures (JSON) beside the key columns"),
         sa.Column("created_at", sa.TIMESTAMP(timezone=True), nullable=False),
         sa.Column("source", sa.String(length=200), nullable=False, comment="the run that wrote it"),
         sa.Column("status", sa.String(length=8), nullable=False, comment="pending | sent | dead"),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("next_attempt_at", sa.TIMESTAMP(timezone=True), nullable=True),
+        sa.Column(
+            "next_attempt_at",
+            sa.TIMESTAMP(timezone=True),
+            nullable=True,
+            comment="pending: not before then; null = now",
+        ),
         sa.Column("last_error", sa.String(length=1000), nullable=True),
         sa.Column("delivered_at", sa.TIMESTAMP(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("notification_id", name=op.f("pk_notifications")),
     )
-    op.create_index(op.f("ix_notifications_account_id"), "notifications", ["account_id"])
     op.create_index("ix_notifications_status_next_attempt_at", "notifications", ["status", "next_attempt_at"])
-    op.create_index("ix_notifications_type_local_day", "notifications", ["type", "local_day"])
+    op.create_index("ix_notifications_type_period_start", "notifications", ["type", "period_start"])
     _append_only(op.get_bind())
 
 
 def downgrade() -> None:
     bind = op.get_bind()
-    op.drop_index("ix_notifications_type_local_day", table_name="notifications")
+    op.drop_index("ix_notifications_type_period_start", table_name="notifications")
     op.drop_index("ix_notifications_status_next_attempt_at", table_name="notifications")
-    op.drop_index(op.f("ix_notifications_account_id"), table_name="notifications")
     op.drop_table("notifications")
     if bind.dialect.name == "postgresql":
         bind.exec_driver_sql("DROP FUNCTION IF EXISTS notifications_said()")

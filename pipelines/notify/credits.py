@@ -19,7 +19,7 @@ from sqlalchemy import Connection, select, text
 from billing.invoices import month_bounds
 from pipelines.invoicing.credits import CREDIT_LINES
 from pipelines.invoicing.grants import money_of
-from pipelines.notify.outbox import CREDIT_CROSSED, CREDIT_EXPIRING, Crossing, record
+from pipelines.notify.outbox import CREDIT_CROSSED, CREDIT_EXPIRING, computed_rows, record
 from pipelines.warehouse.engine import as_date
 from schemas.catalog import Catalog
 from schemas.warehouse import CreditGrant, CreditVoid, Notification
@@ -43,10 +43,8 @@ def record_credits(conn: Connection, catalog: Catalog, month: str, source: str) 
     n = Notification.__table__.c
     if config.credit_thresholds:
         computed = [c for grant in grants for c in _crossed(grant, taken.get(grant.grant_id, []), config)]
-        for kind, count in record(
-            conn, CREDIT_CROSSED, computed, n.grant_id.is_not(None), lambda _key, _day: True, source
-        ).items():
-            written[kind] += count
+        got = record(conn, CREDIT_CROSSED, computed_rows(computed), n.grant_id.is_not(None), None, source)
+        written = {k: written[k] + got[k] for k in written}
     if config.expiry_notice_days:
         last = month_bounds(month)[1]
         horizon = last + dt.timedelta(days=config.expiry_notice_days)
@@ -57,38 +55,38 @@ def record_credits(conn: Connection, catalog: Catalog, month: str, source: str) 
             for c in _expiring(grant, taken.get(grant.grant_id, []), month)
         ]
         within = n.period_start.between(last + dt.timedelta(days=1), horizon)
-        for kind, count in record(
-            conn, CREDIT_EXPIRING, expiring, within, lambda _k, _d: True, source
-        ).items():
-            written[kind] += count
+        got = record(conn, CREDIT_EXPIRING, computed_rows(expiring), within, None, source)
+        written = {k: written[k] + got[k] for k in written}
     return written
 
 
-def _crossed(grant, taken: list[tuple[str, Decimal]], config) -> list[Crossing]:
+def _row(grant, day: dt.date, data: dict, **key: object) -> dict:
+    """A computed credit crossing: the grant's key, the first day of its month, its figures."""
+    empty = {"plan": None, "pool": None, "period_start": None, "threshold": None, "event_id": None}
+    return {
+        **empty,
+        "account_id": grant.account_id,
+        "grant_id": grant.grant_id,
+        "local_day": day,
+        "occurred_at": None,
+        "data": data,
+        **key,
+    }
+
+
+def _crossed(grant, taken: list[tuple[str, Decimal]], config) -> list[dict]:
     amount = money_of(grant.amount)
     out, shares, cum = [], list(config.credit_thresholds), Decimal(0)
     for period, part in sorted(taken):
         cum += part
         while shares and cum >= shares[0] * amount:
             share = shares.pop(0)
-            data = {
-                "account_id": grant.account_id,
-                "grant_id": grant.grant_id,
-                "threshold": float(share),
-                "applied": f"{cum:.2f}",
-                "amount": f"{amount:.2f}",
-                "month": period,
-            }
-            day = dt.date.fromisoformat(f"{period}-01")
-            out.append(
-                Crossing(
-                    CREDIT_CROSSED, grant.account_id, day, data, grant_id=grant.grant_id, threshold=str(share)
-                )
-            )
+            data = {"applied": f"{cum:.2f}", "amount": f"{amount:.2f}", "month": period}
+            out.append(_row(grant, dt.date.fromisoformat(f"{period}-01"), data, threshold=str(share)))
     return out
 
 
-def _expiring(grant, taken: list[tuple[str, Decimal]], month: str) -> list[Crossing]:
+def _expiring(grant, taken: list[tuple[str, Decimal]], month: str) -> list[dict]:
     """The notice, if the grant has a balance left and is not void."""
     if grant.void_date is not None:
         return []
@@ -98,16 +96,10 @@ def _expiring(grant, taken: list[tuple[str, Decimal]], month: str) -> list[Cross
         return []
     expires = as_date(grant.expires)
     data = {
-        "account_id": grant.account_id,
-        "grant_id": grant.grant_id,
-        "threshold": None,
         "applied": f"{applied:.2f}",
         "amount": f"{amount:.2f}",
         "remaining": f"{amount - applied:.2f}",
         "expires": expires.isoformat(),
         "month": month,
     }
-    day = dt.date.fromisoformat(f"{month}-01")
-    return [
-        Crossing(CREDIT_EXPIRING, grant.account_id, day, data, grant_id=grant.grant_id, period_start=expires)
-    ]
+    return [_row(grant, dt.date.fromisoformat(f"{month}-01"), data, period_start=expires)]

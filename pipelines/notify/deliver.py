@@ -13,7 +13,6 @@ never touches billing: it reads and updates only the outbox's delivery columns, 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,10 +22,11 @@ from typing import Any
 import httpx
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
-from sqlalchemy import Connection, Engine, bindparam, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, func, or_, select, update
 from standardwebhooks.webhooks import Webhook
 
 from pipelines import lake
+from pipelines.notify.outbox import COMPUTED_SCHEMA, payload
 from pipelines.runtime import faults
 from pipelines.settings import NotifySettings
 from pipelines.warehouse.engine import as_utc
@@ -61,7 +61,7 @@ def cloudevent(row: Any) -> bytes:
         "time": as_utc(row.created_at),
         "datacontenttype": "application/json",
     }
-    return JSONFormat().write(CloudEvent(attributes, json.loads(row.data)))
+    return JSONFormat().write(CloudEvent(attributes, payload(row)))
 
 
 class WebhookSink:
@@ -163,9 +163,9 @@ def deliver(
 def _due(conn: Connection, now: dt.datetime, limit: int) -> list[Any]:
     n = Notification.__table__.c
     query = (
-        select(n.notification_id, n.type, n.account_id, n.data, n.created_at, n.attempts)
-        .where(n.status == "pending", n.next_attempt_at <= now)
-        .order_by(n.next_attempt_at, n.created_at, n.notification_id)
+        select(n.notification_id, n.type, n.created_at, n.attempts, *(n[c] for c in COMPUTED_SCHEMA.names))
+        .where(n.status == "pending", or_(n.next_attempt_at.is_(None), n.next_attempt_at <= now))
+        .order_by(func.coalesce(n.next_attempt_at, n.created_at), n.notification_id)
         .limit(limit)
     )
     return list(conn.execute(query).all())
@@ -237,8 +237,6 @@ def retry_dead(engine: Engine) -> int:
     n = Notification.__table__
     with step_lock(engine, NOTIFY_LOCK), engine.begin() as conn:
         result = conn.execute(
-            update(n)
-            .where(n.c.status == "dead")
-            .values(status="pending", attempts=0, next_attempt_at=dt.datetime.now(dt.UTC))
+            update(n).where(n.c.status == "dead").values(status="pending", attempts=0, next_attempt_at=None)
         )
         return int(result.rowcount)

@@ -1,5 +1,6 @@
 """The notifications outbox: crossings written in the transaction of the metering or drafting result
-that caused them (``record``), each exactly once.
+that caused them (``record``), each exactly once, computed on Arrow tables (a month's metering
+writes about a hundred thousand of them: no Python per crossing but its id's hash).
 
 A crossing is a fact keyed by (type, account, pool or grant, period start, threshold). Its id is a
 stable hash of that key and of how many times the key was crossed before, so a rerun, a replay or a
@@ -7,8 +8,11 @@ re-metering that does not move the crossing finds the key already crossed with t
 writes nothing. A crossing in a run's scope that the run no longer computes (a re-metering moved the
 usage, a redraft gave a credit back), or computes with other figures (another event crossed it, a
 credit was crossed in another month), is never edited or deleted: a ``<type>.retracted``
-notification with the same key and data follows it, and the crossing as it is now is a new
+notification with the same key and figures follows it, and the crossing as it is now is a new
 notification (the key's next generation, another id).
+
+What a notification says is in its columns (the key, ``event_id`` and ``occurred_at`` for a pool
+crossing) and in ``data`` (the figures, JSON); ``payload`` assembles the CloudEvent's data from both.
 """
 
 from __future__ import annotations
@@ -16,15 +20,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Connection, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from pipelines.warehouse.engine import as_date, insert_arrow
+from pipelines.warehouse.engine import as_utc, insert_arrow, read_arrow
 from schemas.warehouse import Notification
 
 POOL_CROSSED = "usage_billing.pool.threshold_crossed"
@@ -33,11 +37,11 @@ CREDIT_EXPIRING = "usage_billing.credit.expiring"
 RETRACTED = ".retracted"
 TYPES = (POOL_CROSSED, CREDIT_CROSSED, CREDIT_EXPIRING)
 KEY = ("account_id", "plan", "pool", "grant_id", "period_start", "threshold")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-OUTBOX_SCHEMA = pa.schema(
+# What a run computes: one row per crossing, its key, the local day it happened on and what it says.
+COMPUTED_SCHEMA = pa.schema(
     [
-        ("notification_id", pa.string()),
-        ("type", pa.string()),
         ("account_id", pa.string()),
         ("plan", pa.string()),
         ("pool", pa.string()),
@@ -45,160 +49,161 @@ OUTBOX_SCHEMA = pa.schema(
         ("period_start", pa.date32()),
         ("threshold", pa.string()),
         ("local_day", pa.date32()),
-        ("retracts", pa.string()),
+        ("event_id", pa.string()),
+        ("occurred_at", TIMESTAMP),
         ("data", pa.string()),
-        ("created_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+OUTBOX_SCHEMA = pa.schema(
+    [
+        ("notification_id", pa.string()),
+        ("type", pa.string()),
+        *COMPUTED_SCHEMA,
+        ("retracts", pa.string()),
+        ("created_at", TIMESTAMP),
         ("source", pa.string()),
         ("status", pa.string()),
         ("attempts", pa.int64()),
-        ("next_attempt_at", pa.timestamp("us", tz="UTC")),
+        ("next_attempt_at", TIMESTAMP),
     ]
 )
+_SAID = ["notification_id", "type", "retracts", *COMPUTED_SCHEMA.names]
+_EXISTING_SCHEMA = pa.schema([OUTBOX_SCHEMA.field(c) for c in _SAID])
 
 
-@dataclass(frozen=True)
-class Crossing:
-    """A computed crossing: its key, the local day it happened on, and the CloudEvent data."""
-
-    type: str
-    account_id: str
-    local_day: dt.date
-    data: dict[str, Any]
-    plan: str | None = None
-    pool: str | None = None
-    grant_id: str | None = None
-    period_start: dt.date | None = None
-    threshold: str | None = None
-
-    @property
-    def key(self) -> tuple:
-        return (
-            self.type,
-            self.account_id,
-            self.plan,
-            self.pool,
-            self.grant_id,
-            self.period_start,
-            self.threshold,
-        )
+def key_text(table: pa.Table) -> pa.ChunkedArray:
+    """Each row's key as one string (its parts joined by the unit separator, a null as empty)."""
+    parts = [pc.fill_null(pc.cast(table[c], pa.string()), "") for c in KEY]
+    return pc.binary_join_element_wise(*parts, "\x1f")
 
 
-def notification_id(key: tuple, generation: int) -> str:
-    """The stable id of a key's ``generation``-th crossing (0 first): what receivers dedup on."""
-    text = json.dumps([*(v.isoformat() if isinstance(v, dt.date) else v for v in key), generation])
+def _hash(text: str) -> str:
     return "ntf_" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def retraction_id(crossing_id: str) -> str:
-    return "ntf_" + hashlib.sha256(f"retracted:{crossing_id}".encode()).hexdigest()[:32]
+def notification_ids(type_: str, keys: list[str], generations: list[int]) -> list[str]:
+    """The stable id of each key's ``generation``-th crossing (0 first): what receivers dedup on."""
+    return [_hash(f"{type_}\x1f{k}#{g}") for k, g in zip(keys, generations, strict=True)]
 
 
-@dataclass
-class _KeyState:
-    generations: int  # crossings of the key written so far
-    active: tuple[str, dt.date, str] | None  # the crossing not retracted yet: id, local day, data
-
-
-def _states(conn: Connection, type_: str, where: ColumnElement[bool]) -> dict[tuple, _KeyState]:
-    """Each key of ``type_`` (within ``where``) as the outbox has it: its crossings and which stands."""
-    n = Notification.__table__.c
-    rows = conn.execute(
-        select(n.notification_id, n.type, n.retracts, n.local_day, n.data, *(n[c] for c in KEY)).where(
-            n.type.in_([type_, type_ + RETRACTED]), where
-        )
-    ).all()
-    retracted = {r.retracts for r in rows if r.type != type_}
-    states: dict[tuple, _KeyState] = {}
-    for r in rows:
-        if r.type != type_:
-            continue
-        key = (
-            type_,
-            r.account_id,
-            r.plan,
-            r.pool,
-            r.grant_id,
-            None if r.period_start is None else as_date(r.period_start),
-            r.threshold,
-        )
-        state = states.setdefault(key, _KeyState(0, None))
-        state.generations += 1
-        if r.notification_id not in retracted:
-            state.active = (r.notification_id, as_date(r.local_day), r.data)
-    return states
+def retraction_ids(crossing_ids: list[str]) -> list[str]:
+    return [_hash(f"retracted:{i}") for i in crossing_ids]
 
 
 def record(
     conn: Connection,
     type_: str,
-    computed: Iterable[Crossing],
+    computed: pa.Table,
     where: ColumnElement[bool],
-    in_scope: Callable[[tuple, dt.date], bool],
+    scope: tuple[dt.date, dt.date] | None,
     source: str,
 ) -> dict[str, int]:
-    """Write, on ``conn``'s transaction, the crossings of ``computed`` whose key has none standing, and
-    a retraction of each standing crossing that ``in_scope`` (key, local day) says this run decides
-    and ``computed`` lacks. ``where`` bounds the outbox rows read: every key in ``computed`` and in
-    scope must lie within it. Returns the rows written per kind ("crossed", "retracted")."""
-    states = _states(conn, type_, where)
+    """Write, on ``conn``'s transaction, the crossings of ``computed`` (``COMPUTED_SCHEMA``) whose key
+    has none standing with the same day and figures, and a retraction of each standing crossing that
+    they replace or that lies in ``scope`` (its local days; None: every day) and ``computed`` lacks.
+    ``where`` bounds the outbox rows read: every key of ``computed`` and of the scope lies within it.
+    Returns the rows written per kind ("crossed", "retracted")."""
+    n = Notification.__table__.c
+    existing = read_arrow(
+        conn,
+        select(*(n[c] for c in _SAID)).where(n.type.in_([type_, type_ + RETRACTED]), where),
+        _EXISTING_SCHEMA,
+    )
+    is_crossing = pc.equal(existing["type"], type_)
+    crossings = existing.filter(is_crossing)
+    crossings = crossings.append_column("k", key_text(crossings))
+    counted = crossings.group_by("k").aggregate([("k", "count")])
+    generations = pa.table({"k": counted["k"], "generations": counted["k_count"]})
+    gone = existing.filter(pc.invert(is_crossing))["retracts"]
+    active = crossings.filter(
+        pc.invert(pc.is_in(crossings["notification_id"], value_set=gone.combine_chunks()))
+    )
+    computed = computed.cast(COMPUTED_SCHEMA)
+    computed = computed.append_column("k", key_text(computed))
+    stand = active.select(["k", "notification_id", "local_day", "event_id", "data"])
+    stand = stand.rename_columns(["k", "standing_id", "standing_day", "standing_event", "standing_data"])
+    joined = computed.join(stand, "k", join_type="left outer").join(generations, "k", join_type="left outer")
+    standing = pc.is_valid(joined["standing_id"])
+    same = pc.and_(
+        standing,
+        pc.fill_null(
+            pc.and_(
+                pc.and_(
+                    pc.equal(joined["standing_day"], joined["local_day"]),
+                    pc.equal(joined["standing_data"], joined["data"]),
+                ),
+                pc.equal(pc.fill_null(joined["standing_event"], ""), pc.fill_null(joined["event_id"], "")),
+            ),
+            False,
+        ),
+    )
+    fresh = joined.filter(pc.invert(same))
+    moved = active.filter(
+        pc.is_in(active["notification_id"], value_set=fresh["standing_id"].combine_chunks())
+    )
+    dropped = active.filter(pc.invert(pc.is_in(active["k"], value_set=computed["k"].combine_chunks())))
+    if scope is not None and dropped.num_rows:
+        lo, hi = (pa.scalar(d, pa.date32()) for d in scope)
+        day = dropped["local_day"]
+        dropped = dropped.filter(pc.and_(pc.greater_equal(day, lo), pc.less_equal(day, hi)))
+    retract = pa.concat_tables([moved, dropped])
     now = dt.datetime.now(dt.UTC)
-    rows: list[dict[str, Any]] = []
-    retracted = 0
-    seen: set[tuple] = set()
-    for c in computed:
-        seen.add(c.key)
-        state = states.get(c.key)
-        data = _json(c.data)
-        if state is not None and state.active is not None:
-            if state.active[1:] == (c.local_day, data):
-                continue  # the same crossing, the same figures: nothing new
-            rows.append(_retraction(c.key, state.active, now, source))  # it moved: said again below
-            retracted += 1
-        generation = 0 if state is None else state.generations
-        rows.append(_row(notification_id(c.key, generation), c.key, c.local_day, None, data, now, source))
-    for key, state in states.items():
-        if state.active is None or key in seen or not in_scope(key, state.active[1]):
-            continue
-        rows.append(_retraction(key, state.active, now, source))
-        retracted += 1
-    if rows:
-        insert_arrow(conn, Notification.__table__, pa.Table.from_pylist(rows, OUTBOX_SCHEMA))
-    return {"crossed": len(rows) - retracted, "retracted": retracted}
+    gens = pc.fill_null(fresh["generations"], 0).to_pylist()
+    ids = notification_ids(type_, fresh["k"].to_pylist(), gens)
+    standing_ids = retract["notification_id"].to_pylist()
+    rows = pa.concat_tables(
+        [
+            _outbox_rows(fresh, ids, type_, None, now, source),
+            _outbox_rows(retract, retraction_ids(standing_ids), type_ + RETRACTED, standing_ids, now, source),
+        ]
+    )
+    if rows.num_rows:  # columns null throughout are left to the table's default (null): less to bind
+        rows = rows.select([c for c in rows.column_names if rows[c].null_count < rows.num_rows])
+        insert_arrow(conn, Notification.__table__, rows)
+    return {"crossed": fresh.num_rows, "retracted": retract.num_rows}
 
 
-def _json(data: dict[str, Any]) -> str:
-    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+def _outbox_rows(
+    said: pa.Table, ids: list[str], type_: str, retracts: list[str] | None, now: dt.datetime, source: str
+) -> pa.Table:
+    count = said.num_rows
+    columns = {
+        "notification_id": pa.array(ids, pa.string()),
+        "type": pa.repeat(pa.scalar(type_), count),
+        **{c: said[c] for c in COMPUTED_SCHEMA.names},
+        "retracts": pa.array(retracts if retracts is not None else [None] * count, pa.string()),
+        "created_at": pa.repeat(pa.scalar(now, TIMESTAMP), count),
+        "source": pa.repeat(pa.scalar(source[:200]), count),
+        "status": pa.repeat(pa.scalar("pending"), count),
+        "attempts": pa.repeat(pa.scalar(0, pa.int64()), count),
+        "next_attempt_at": pa.nulls(count, TIMESTAMP),  # due now
+    }
+    return pa.table(columns, schema=OUTBOX_SCHEMA)
 
 
-def _retraction(
-    key: tuple, active: tuple[str, dt.date, str], now: dt.datetime, source: str
-) -> dict[str, Any]:
-    """The retraction of the standing crossing ``active`` of ``key``: its data repeated."""
-    crossing_id, day, data = active
-    return _row(
-        retraction_id(crossing_id), (key[0] + RETRACTED, *key[1:]), day, crossing_id, data, now, source
+def computed_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    """Crossings computed row by row (the few a draft makes): ``data`` given as a dict."""
+    return pa.Table.from_pylist(
+        [{**r, "data": json.dumps(r["data"], separators=(",", ":"), sort_keys=True)} for r in rows],
+        COMPUTED_SCHEMA,
     )
 
 
-def _row(
-    nid: str, key: tuple, day: dt.date, retracts: str | None, data: str, now: dt.datetime, source: str
-) -> dict[str, Any]:
-    type_, account, plan, pool, grant_id, period_start, threshold = key
-    return {
-        "notification_id": nid,
-        "type": type_,
-        "account_id": account,
-        "plan": plan,
-        "pool": pool,
-        "grant_id": grant_id,
-        "period_start": period_start,
-        "threshold": threshold,
-        "local_day": day,
-        "retracts": retracts,
-        "data": data,
-        "created_at": now,
-        "source": source[:200],
-        "status": "pending",
-        "attempts": 0,
-        "next_attempt_at": now,
-    }
+def payload(row: Any) -> dict[str, Any]:
+    """The CloudEvent's data of an outbox row (a retraction repeats what it retracts)."""
+    kind = row.type.removesuffix(RETRACTED)
+    figures = json.loads(row.data)
+    threshold = None if row.threshold is None else float(Decimal(row.threshold))
+    if kind == POOL_CROSSED:
+        start = row.period_start if isinstance(row.period_start, str) else row.period_start.isoformat()
+        return {
+            "account_id": row.account_id,
+            "plan": row.plan,
+            "pool": row.pool,
+            "period_start": start[:10],
+            "threshold": threshold,
+            **figures,
+            "crossed_at": as_utc(row.occurred_at).isoformat().replace("+00:00", "Z"),
+            "event_id": row.event_id,
+        }
+    return {"account_id": row.account_id, "grant_id": row.grant_id, "threshold": threshold, **figures}

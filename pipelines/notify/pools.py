@@ -4,49 +4,46 @@ recorded in the outbox in the run's load transaction (``pipelines.quota.store.lo
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Connection
 
-from pipelines.notify.outbox import POOL_CROSSED, Crossing, record
+from pipelines.notify.outbox import COMPUTED_SCHEMA, POOL_CROSSED, record
+from schemas.lake import CROSSING_SCHEMA
 from schemas.warehouse import Notification
 
 LONGEST_PERIOD = dt.timedelta(days=31)  # a crossing's local day lies within its period (a month at most)
 
 
-def iso_time(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def pool_crossings(rows: pa.Table | None) -> list[Crossing]:
-    """The staged crossings (``schemas.lake.CROSSING_SCHEMA``) as outbox crossings with their data."""
-    out = []
-    for r in [] if rows is None else rows.to_pylist():
-        data = {
-            "account_id": r["account_id"],
-            "plan": r["plan"],
-            "pool": r["pool"],
-            "period_start": r["period_start"].isoformat(),
-            "threshold": float(Decimal(r["threshold"])),
-            "used": r["used"],
-            "allowance": r["allowance"],
-            "crossed_at": iso_time(r["event_time"]),
-            "event_id": r["event_id"],
-        }
-        out.append(
-            Crossing(
-                POOL_CROSSED,
-                r["account_id"],
-                r["local_day"],
-                data,
-                plan=r["plan"],
-                pool=r["pool"],
-                period_start=r["period_start"],
-                threshold=r["threshold"],
-            )
-        )
-    return out
+def pool_crossings(rows: pa.Table | None) -> pa.Table:
+    """The staged crossings (``schemas.lake.CROSSING_SCHEMA``) as the outbox computes them: the figures
+    as JSON built column-wise (integers only), the event in its own columns."""
+    rows = CROSSING_SCHEMA.empty_table() if rows is None else rows
+    figures = pc.binary_join_element_wise(
+        '{"allowance":',
+        pc.cast(rows["allowance"], pa.string()),
+        ',"used":',
+        pc.cast(rows["used"], pa.string()),
+        "}",
+        "",
+    )
+    nulls = pa.nulls(rows.num_rows, pa.string())
+    return pa.table(
+        {
+            "account_id": rows["account_id"],
+            "plan": rows["plan"],
+            "pool": rows["pool"],
+            "grant_id": nulls,
+            "period_start": rows["period_start"],
+            "threshold": rows["threshold"],
+            "local_day": rows["local_day"],
+            "event_id": rows["event_id"],
+            "occurred_at": rows["event_time"],
+            "data": figures,
+        },
+        schema=COMPUTED_SCHEMA,
+    )
 
 
 def record_pools(
@@ -55,11 +52,5 @@ def record_pools(
     """The crossings of a run over local days ``first`` .. ``last``: it decides every crossing whose
     event lies on those days (the run recomputed all their balances), and no other."""
     n = Notification.__table__.c
-    return record(
-        conn,
-        POOL_CROSSED,
-        pool_crossings(rows),
-        n.period_start.between(first - LONGEST_PERIOD, last),
-        lambda _key, day: first <= day <= last,
-        source,
-    )
+    where = n.period_start.between(first - LONGEST_PERIOD, last)
+    return record(conn, POOL_CROSSED, pool_crossings(rows), where, (first, last), source)

@@ -21,12 +21,12 @@ class Notification(Base):
     __tablename__ = "notifications"
     __table_args__ = (
         Index("ix_notifications_status_next_attempt_at", "status", "next_attempt_at"),
-        Index("ix_notifications_type_local_day", "type", "local_day"),
+        Index("ix_notifications_type_period_start", "type", "period_start"),
     )
 
     notification_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     type: Mapped[str] = mapped_column(String(64), comment="the CloudEvents type")
-    account_id: Mapped[str] = mapped_column(index=True)
+    account_id: Mapped[str]
     plan: Mapped[str | None] = mapped_column(String(64))
     pool: Mapped[str | None] = mapped_column(String(64))
     grant_id: Mapped[str | None] = mapped_column(String(200))
@@ -37,12 +37,16 @@ class Notification(Base):
     local_day: Mapped[dt.date] = mapped_column(
         comment="pool: the crossing event's local day; credit: the first day of the month drafted"
     )
+    event_id: Mapped[str | None] = mapped_column(comment="pool: the event that crossed the threshold")
+    occurred_at: Mapped[dt.datetime | None] = mapped_column(comment="pool: that event's time")
     retracts: Mapped[str | None] = mapped_column(String(64), comment="retracted: the notification it undoes")
-    data: Mapped[str] = mapped_column(Text, comment="the CloudEvent's data, JSON")
+    data: Mapped[str] = mapped_column(Text, comment="the figures (JSON) beside the key columns")
     created_at: Mapped[dt.datetime]
     source: Mapped[str] = mapped_column(String(200), comment="the run that wrote it")
     status: Mapped[str] = mapped_column(String(8), comment="pending | sent | dead")
     attempts: Mapped[int] = mapped_column(Integer)
-    next_attempt_at: Mapped[dt.datetime | None]
+    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(
+        comment="pending: not before then; null = now"
+    )
     last_error: Mapped[str | None] = mapped_column(String(1000))
     delivered_at: Mapped[dt.datetime | None]

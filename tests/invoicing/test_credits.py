@@ -10,7 +10,6 @@ a month closes (tests/invoicing/test_invoicing.py covers that on metered data)."
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
 from collections import defaultdict
 from decimal import Decimal
@@ -18,17 +17,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from sqlalchemy import insert, text
+from sqlalchemy import insert, select, text
 
 from billing.invoices import month_bounds, plan_fee_lines, usage_lines
 from billing.pricing import price_in_force
 from pipelines.errors import UsageBillingError
 from pipelines.invoicing import credits
 from pipelines.invoicing import documents as invoicing
-from pipelines.notify.outbox import CREDIT_CROSSED, CREDIT_EXPIRING
+from pipelines.notify.outbox import CREDIT_CROSSED, CREDIT_EXPIRING, payload
 from pipelines.warehouse.accounts import load_accounts
 from pipelines.warehouse.engine import make_engine, upgrade
-from schemas.warehouse import BillableUsage
+from schemas.warehouse import BillableUsage, Notification
 from tests.conftest import CATALOG_PATH
 from tests.reference_credits import RefGrant, month_truth
 
@@ -288,15 +287,12 @@ def _check_invariants(engine, grants: list[dict]) -> None:  # type: ignore[no-un
 
 
 def _standing(engine, type_: str | None) -> dict:  # type: ignore[no-untyped-def]
-    """The notifications of ``type_`` (None: all) not retracted: (grant, threshold) -> data."""
+    """The notifications of ``type_`` (None: all) not retracted: (grant, threshold) -> their data."""
     with engine.connect() as conn:
-        rows = conn.execute(
-            text("SELECT notification_id, type, grant_id, threshold, retracts, data FROM notifications")
-        )
-        rows = rows.all()
+        rows = conn.execute(select(Notification)).all()
     gone = {r.retracts for r in rows if r.retracts}
     return {
-        (r.grant_id, r.threshold): json.loads(r.data)
+        (r.grant_id, r.threshold): payload(r)
         for r in rows
         if r.notification_id not in gone and not r.retracts and (type_ is None or r.type == type_)
     }
