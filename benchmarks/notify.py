@@ -103,53 +103,34 @@ def metering(root: Path, events: int, rounds: int) -> str:
 
 
 def _outbox(db: Path, n: int) -> list[str]:
-    """A fresh warehouse with ``n`` pending pool notifications; the CLI on it."""
-    from pipelines.notify.outbox import OUTBOX_SCHEMA, POOL_CROSSED, notification_id
-    from pipelines.warehouse.engine import insert_arrow, make_engine
-    from schemas.warehouse import Notification
+    """A fresh warehouse with ``n`` pending pool notifications, recorded as metering records them; the
+    CLI on it."""
+    from pipelines.notify.pools import record_pools
+    from pipelines.warehouse.engine import make_engine
+    from schemas.lake import CROSSING_SCHEMA
 
     db.unlink(missing_ok=True)
     base = cli(db, db.parent / "lake-deliver")
     run_measured([*base, "db", "upgrade"])
-    now = dt.datetime.now(dt.UTC)
-    rows = []
-    for i in range(n):
-        account, day = f"acct-{i % 5000:05d}", dt.date(2026, 3, 2) + dt.timedelta(days=i // 5000)
-        key = (POOL_CROSSED, account, "plus", "main", None, day, "0.8")
-        data = {
-            "account_id": account,
-            "plan": "plus",
-            "pool": "main",
-            "period_start": day.isoformat(),
-            "threshold": 0.8,
-            "used": 600_000,
-            "allowance": 750_000,
-            "crossed_at": f"{day}T12:00:00Z",
-            "event_id": f"evt-{i:08d}",
-        }
-        rows.append(
-            {
-                "notification_id": notification_id(key, i),
-                "type": POOL_CROSSED,
-                "account_id": account,
-                "plan": "plus",
-                "pool": "main",
-                "grant_id": None,
-                "period_start": day,
-                "threshold": "0.8",
-                "local_day": day,
-                "retracts": None,
-                "data": json.dumps(data),
-                "created_at": now,
-                "source": "benchmark",
-                "status": "pending",
-                "attempts": 0,
-                "next_attempt_at": now,
-            }
-        )
+    days = [dt.date(2026, 3, 2) + dt.timedelta(days=i // 5000) for i in range(n)]
+    crossings = pa.table(
+        {
+            "account_id": [f"acct-{i % 5000:05d}" for i in range(n)],
+            "plan": ["plus"] * n,
+            "pool": ["main"] * n,
+            "period_start": days,
+            "threshold": ["0.8"] * n,
+            "used": [600_000] * n,
+            "allowance": [750_000] * n,
+            "event_id": [f"evt-{i:08d}" for i in range(n)],
+            "event_time": [dt.datetime.combine(d, dt.time(12), dt.UTC) for d in days],
+            "local_day": days,
+        },
+        schema=CROSSING_SCHEMA,
+    )
     engine = make_engine(f"sqlite:///{db}")
     with engine.begin() as conn:
-        insert_arrow(conn, Notification.__table__, pa.Table.from_pylist(rows, OUTBOX_SCHEMA))
+        assert record_pools(conn, crossings, days[0], days[-1], "benchmark")["crossed"] == n
     engine.dispose()
     return base
 
