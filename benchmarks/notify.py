@@ -196,20 +196,23 @@ def main() -> None:
     parser.add_argument("--deliveries", type=int, default=100_000)
     parser.add_argument("--workdir", default="/tmp/ub-bench-notify")
     parser.add_argument("--skip-metering", action="store_true")
+    parser.add_argument("--skip-delivery", action="store_true")
     args = parser.parse_args()
     root = Path(args.workdir)
     root.mkdir(parents=True, exist_ok=True)
-    parts = [f"`{command_line('benchmarks.notify')}` on {machine()}, {dt.date.today()}."]
+    head = f"`{command_line('benchmarks.notify')}` on {machine()}, {dt.date.today()}.\n"
     if not args.skip_metering:
-        parts += [
-            f"\nMetering {args.events:,} events (28 days, 5,000 accounts), {args.rounds} rounds:\n",
-            metering(root, args.events, args.rounds),
-        ]
-    parts += [
-        f"\nDelivering {args.deliveries:,} notifications to a receiver on 127.0.0.1:\n",
-        delivery(root, args.deliveries),
-    ]
-    write_section("Notifications", "\n".join(parts))
+        body = metering(root, args.events, args.rounds)
+        write_section(
+            "Notifications: metering with and without",
+            f"{head}\nMetering {args.events:,} events (28 days, 5,000 accounts), {args.rounds} rounds:\n\n{body}",
+        )
+    if not args.skip_delivery:
+        body = delivery(root, args.deliveries)
+        write_section(
+            "Notifications: delivery",
+            f"{head}\nDelivering {args.deliveries:,} notifications to a receiver on 127.0.0.1:\n\n{body}",
+        )
     shutil.rmtree(root / "lake-deliver", ignore_errors=True)
 
 

@@ -28,6 +28,7 @@ from standardwebhooks.webhooks import Webhook
 from pipelines import lake
 from pipelines.notify.outbox import COMPUTED_SCHEMA, payload
 from pipelines.runtime import faults
+from pipelines.runtime.startup import collect_from_here
 from pipelines.settings import NotifySettings
 from pipelines.warehouse.engine import as_utc
 from pipelines.warehouse.locks import step_lock
@@ -137,6 +138,7 @@ def deliver(
 ) -> Delivered:
     """Send what is due, in rounds of ``BATCH``, until nothing is due or ``max_seconds`` passed."""
     deadline = time.monotonic() + max_seconds
+    collect_from_here()  # the command line defers garbage collection until the work starts: it starts
     with step_lock(engine, NOTIFY_LOCK):
         run_id = clock().strftime("%Y%m%dT%H%M%S%f")
         sink: WebhookSink | JsonLinesSink = (
