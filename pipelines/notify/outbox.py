@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, String, cast, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from pipelines.warehouse.engine import as_utc, insert_arrow, read_arrow
@@ -67,14 +67,45 @@ OUTBOX_SCHEMA = pa.schema(
         ("next_attempt_at", TIMESTAMP),
     ]
 )
-_SAID = ["notification_id", "type", "retracts", *COMPUTED_SCHEMA.names]
-_EXISTING_SCHEMA = pa.schema([OUTBOX_SCHEMA.field(c) for c in _SAID])
+_KEY_SCHEMA = pa.schema([("k", pa.string())])
+_STANDING_SCHEMA = pa.schema(
+    [
+        ("k", pa.string()),
+        *(OUTBOX_SCHEMA.field(c) for c in ("notification_id", "local_day", "event_id", "data")),
+    ]
+)
+_SAID_SCHEMA = pa.schema([OUTBOX_SCHEMA.field(c) for c in ("notification_id", *COMPUTED_SCHEMA.names)])
+SEPARATOR = "\x1f"
+
+
+def _key_sql() -> ColumnElement[str]:
+    """``key_text`` in SQL (dates are ISO text on both databases)."""
+    n = Notification.__table__.c
+    parts: list[ColumnElement[str]] = [func.coalesce(cast(n[c], String), "") for c in KEY]
+    joined = parts[0]
+    for part in parts[1:]:
+        joined = joined + SEPARATOR + part
+    return joined.label("k")
+
+
+def _said(conn: Connection, ids: list[str]) -> pa.Table:
+    """What the notifications ``ids`` said (the few a run retracts)."""
+    n = Notification.__table__.c
+    parts = [
+        read_arrow(
+            conn,
+            select(*(n[c] for c in _SAID_SCHEMA.names)).where(n.notification_id.in_(ids[i : i + 500])),
+            _SAID_SCHEMA,
+        )
+        for i in range(0, len(ids), 500)
+    ]
+    return pa.concat_tables(parts) if parts else _SAID_SCHEMA.empty_table()
 
 
 def key_text(table: pa.Table) -> pa.ChunkedArray:
     """Each row's key as one string (its parts joined by the unit separator, a null as empty)."""
     parts = [pc.fill_null(pc.cast(table[c], pa.string()), "") for c in KEY]
-    return pc.binary_join_element_wise(*parts, "\x1f")
+    return pc.binary_join_element_wise(*parts, SEPARATOR)
 
 
 def _hash(text: str) -> str:
@@ -104,20 +135,23 @@ def record(
     ``where`` bounds the outbox rows read: every key of ``computed`` and of the scope lies within it.
     Returns the rows written per kind ("crossed", "retracted")."""
     n = Notification.__table__.c
-    existing = read_arrow(
+    key = _key_sql()
+    retractions = n.notification_id.in_(
+        select(n.retracts).where(n.type == type_ + RETRACTED, n.retracts.is_not(None))
+    )
+    # what stands: the key's crossing not retracted (its key as one string, made in SQL: fewer values)
+    active = read_arrow(
         conn,
-        select(*(n[c] for c in _SAID)).where(n.type.in_([type_, type_ + RETRACTED]), where),
-        _EXISTING_SCHEMA,
+        select(key, n.notification_id, n.local_day, n.event_id, n.data).where(
+            n.type == type_, where, ~retractions
+        ),
+        _STANDING_SCHEMA,
     )
-    is_crossing = pc.equal(existing["type"], type_)
-    crossings = existing.filter(is_crossing)
-    crossings = crossings.append_column("k", key_text(crossings))
-    counted = crossings.group_by("k").aggregate([("k", "count")])
+    # each key's crossings so far: its retractions, and the one that stands
+    ended = read_arrow(conn, select(key).where(n.type == type_ + RETRACTED, where), _KEY_SCHEMA)
+    keys = pa.concat_arrays([ended["k"].combine_chunks(), active["k"].combine_chunks()])
+    counted = pa.table({"k": keys}).group_by("k").aggregate([("k", "count")])
     generations = pa.table({"k": counted["k"], "generations": counted["k_count"]})
-    gone = existing.filter(pc.invert(is_crossing))["retracts"]
-    active = crossings.filter(
-        pc.invert(pc.is_in(crossings["notification_id"], value_set=gone.combine_chunks()))
-    )
     computed = computed.cast(COMPUTED_SCHEMA)
     computed = computed.append_column("k", key_text(computed))
     stand = active.select(["k", "notification_id", "local_day", "event_id", "data"])
@@ -146,7 +180,12 @@ def record(
         lo, hi = (pa.scalar(d, pa.date32()) for d in scope)
         day = dropped["local_day"]
         dropped = dropped.filter(pc.and_(pc.greater_equal(day, lo), pc.less_equal(day, hi)))
-    retract = pa.concat_tables([moved, dropped])
+    retract = _said(
+        conn,
+        pa.concat_arrays(
+            [moved["notification_id"].combine_chunks(), dropped["notification_id"].combine_chunks()]
+        ).to_pylist(),
+    )
     now = dt.datetime.now(dt.UTC)
     gens = pc.fill_null(fresh["generations"], 0).to_pylist()
     ids = notification_ids(type_, fresh["k"].to_pylist(), gens)
