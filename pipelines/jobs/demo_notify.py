@@ -10,6 +10,7 @@ from decimal import Decimal
 from rich.console import Console
 from sqlalchemy import Engine, false, func, select, tuple_
 
+from billing.calendar import day_period
 from billing.plan import main_pool
 from pipelines.notify.outbox import POOL_CROSSED
 from pipelines.warehouse.engine import as_date
@@ -44,18 +45,15 @@ def notifications(out: Console, engine: Engine, catalog: Catalog, fast_model: st
     shares = sorted({Decimal(r.threshold) for r in crossed})
     by_share = {s: {r.account_id for r in crossed if Decimal(r.threshold) == s} for s in shares}
     tank = set()
-    for r in crossed:
-        if (
-            Decimal(r.threshold) == 1
-        ):  # exhausted on local_day: drew on the own pool then or later in the period
-            day, period = as_date(r.local_day), as_date(r.period_start)
-            pool = main_pool(catalog.plan(r.plan))
-            last = _period_last(period, pool.period if pool else "day")
-            if any(
-                (r.account_id, r.plan, day + dt.timedelta(days=i)) in drew
-                for i in range((last - day).days + 1)
-            ):
-                tank.add(r.account_id)
+    for r in crossed:  # exhausted on local_day: drew on the own pool then or later in the period
+        if Decimal(r.threshold) != 1:
+            continue
+        day, pool = as_date(r.local_day), main_pool(catalog.plan(r.plan))
+        last = day_period(as_date(r.period_start), pool.period if pool else "day")[1]
+        if any(
+            (r.account_id, r.plan, day + dt.timedelta(days=i)) in drew for i in range((last - day).days + 1)
+        ):
+            tank.add(r.account_id)
     total = sum(counts.values())
     kinds = ", ".join(f"{c:,} {t.removeprefix('usage_billing.')}" for t, c in sorted(counts.items()))
     out.print(
@@ -67,11 +65,3 @@ def notifications(out: Console, engine: Engine, catalog: Catalog, fast_model: st
             + ", ".join(f"{len(a):,} accounts crossed {s:.0%}" for s, a in by_share.items())
             + f"; {len(tank):,} of those that ran out then drew on {fast_model}'s own pool"
         )
-
-
-def _period_last(start: dt.date, period: str) -> dt.date:
-    if period == "week":
-        return start + dt.timedelta(days=6)
-    if period == "month":
-        return (start.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
-    return start

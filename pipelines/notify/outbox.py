@@ -35,7 +35,6 @@ POOL_CROSSED = "usage_billing.pool.threshold_crossed"
 CREDIT_CROSSED = "usage_billing.credit.threshold_crossed"
 CREDIT_EXPIRING = "usage_billing.credit.expiring"
 RETRACTED = ".retracted"
-TYPES = (POOL_CROSSED, CREDIT_CROSSED, CREDIT_EXPIRING)
 KEY = ("account_id", "plan", "pool", "grant_id", "period_start", "threshold")
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -218,14 +217,6 @@ def _outbox_rows(
         "next_attempt_at": pa.nulls(count, TIMESTAMP),  # due now
     }
     return pa.table(columns, schema=OUTBOX_SCHEMA)
-
-
-def computed_rows(rows: list[dict[str, Any]]) -> pa.Table:
-    """Crossings computed row by row (the few a draft makes): ``data`` given as a dict."""
-    return pa.Table.from_pylist(
-        [{**r, "data": json.dumps(r["data"], separators=(",", ":"), sort_keys=True)} for r in rows],
-        COMPUTED_SCHEMA,
-    )
 
 
 def payload(row: Any) -> dict[str, Any]:
