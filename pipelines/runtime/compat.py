@@ -4,7 +4,9 @@
 renames what a patch relies on fails there, by name, rather than somewhere deep in a run.
 
 - ``share_s3_clients``: Beam's S3 file system makes a boto3 client per operation; one per set of
-  options is shared instead (replaces ``s3io.boto3_client``).
+  options is shared instead (replaces ``s3io.boto3_client``). Each shared client also fills in a
+  listing's ``KeyCount`` when an S3-compatible server leaves it out (Beam's ``list`` reads it), and
+  computes and validates checksums only where the S3 API requires them (botocore's settings).
 - ``filesystem_options``: the options Beam's ``FileSystems`` were given (``FileSystems._pipeline_options``),
   which its S3 client needs outside a pipeline.
 - ``quiet_harness_tracebacks``: Beam's SDK harness prints a failed bundle's traceback with the builtin
@@ -35,6 +37,23 @@ _S3_LOCK = threading.Lock()
 # What Beam's S3 client wrapper keeps of one download in progress (the open stream of a ranged read):
 # it belongs to the reader that made the wrapper and is never shared.
 S3_DOWNLOAD_STATE = {"_download_request": None, "_download_stream": None, "_download_pos": 0}
+
+
+# botocore >= 1.36 adds a CRC to every upload and validates one on every download whose answer carries
+# one. S3-compatible servers differ there (rclone's answers a ranged GET with the whole object's
+# checksum: every ranged read fails), and the CRC of every spill file costs the workers CPU. Only where
+# the API requires one, as botocore did before; an operator's own setting of either variable wins.
+S3_CHECKSUMS = {
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+}
+
+
+def _count_keys(parsed: dict, **_: object) -> None:
+    """A ListObjectsV2 answer without ``KeyCount`` (some S3-compatible servers leave it out for an
+    empty prefix) gets the number of keys it lists: Beam's S3 ``list`` reads the field."""
+    if isinstance(parsed, dict) and "KeyCount" not in parsed and "Error" not in parsed:
+        parsed["KeyCount"] = len(parsed.get("Contents") or []) + len(parsed.get("CommonPrefixes") or [])
 
 
 def share_s3_clients(fresh: bool = False) -> None:
@@ -73,7 +92,10 @@ def share_s3_clients(fresh: bool = False) -> None:
         with _S3_LOCK:
             shared = _S3_CLIENTS.get(key)
             if shared is None:
+                for name, value in S3_CHECKSUMS.items():  # botocore reads them when it makes the client
+                    os.environ.setdefault(name, value)
                 shared = _S3_CLIENTS[key] = boto3_client.Client(options=options).client
+                shared.meta.events.register("after-call.s3.ListObjectsV2", _count_keys)
         wrapper = boto3_client.Client.__new__(boto3_client.Client)  # Beam's methods, no new session
         wrapper.client = shared
         vars(wrapper).update(S3_DOWNLOAD_STATE)

@@ -1,4 +1,4 @@
-"""Commits on an object store are atomic for readers (moto's S3 server, Beam's S3 file system).
+"""Commits on an object store are atomic for readers (`rclone serve s3`, Beam's S3 file system).
 
 A partition there is a manifest naming its files: a commit writes the new files beside the old ones,
 then replaces the manifest in one object write. A reader that lists the partition (the pipelines'

@@ -1,7 +1,7 @@
 """A lake and a landing area on an object store behave like local ones: the same partitions with the
 same rows, late events rewriting a past partition without losing its other shards, replays changing
 nothing, and no staging left behind. Two stores: ``memfs://`` (in memory, Cloud Storage's rules: no
-directories, only objects under prefixes) and a real S3 API (moto's server on loopback, through Beam's
+directories, only objects under prefixes) and a real S3 API (rclone's S3 server on loopback, through Beam's
 own S3 file system, configured by the standard AWS environment variables as a deployment would be).
 
 The whole day (ingest, gate, aggregation, metering, explain, the backup tank) runs on ``memfs://``

@@ -74,3 +74,31 @@ def test_the_interpreter_still_has_the_exit_handlers_runner_we_call():
     import atexit
 
     assert callable(atexit._run_exitfuncs)  # tests/test_cli.py: the command's handlers run through it
+
+
+def test_a_listing_without_key_count_gets_one_and_checksums_are_only_where_required():
+    """Beam's S3 ``list`` reads ``KeyCount``, which some S3-compatible servers leave out (rclone's, for
+    an empty prefix): the shared clients fill it in from what the answer lists."""
+    from apache_beam.io.aws import s3io
+    from apache_beam.io.aws.clients.s3 import boto3_client
+
+    assert "boto_response['KeyCount']" in inspect.getsource(boto3_client.Client.list)
+    compat.share_s3_clients(fresh=True)
+    options = {"s3_region_name": "us-east-1", "s3_access_key_id": "a", "s3_secret_access_key": "b"}
+    client = s3io.boto3_client.Client(options=options).client
+    empty: dict = {"Name": "b", "Prefix": "x/"}
+    client.meta.events.emit(
+        "after-call.s3.ListObjectsV2", parsed=empty, http_response=None, model=None, context={}
+    )
+    assert empty["KeyCount"] == 0
+    listed = {"Contents": [{"Key": "x/a"}, {"Key": "x/b"}], "KeyCount": 5}
+    client.meta.events.emit(
+        "after-call.s3.ListObjectsV2", parsed=listed, http_response=None, model=None, context={}
+    )
+    assert listed["KeyCount"] == 5  # a server's own count is kept
+    config = client.meta.config
+    assert (config.request_checksum_calculation, config.response_checksum_validation) == (
+        "when_required",
+        "when_required",
+    )
+    compat.share_s3_clients(fresh=True)
