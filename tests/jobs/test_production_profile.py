@@ -1,6 +1,7 @@
 """The production profile, end to end: an S3 lake and landing area (``rclone serve s3`` on loopback,
 reached through Beam's S3 file system configured by ``--s3_*`` flags after ``--``, no AWS variable
-set), every Beam pipeline on the DaskRunner against a dask.distributed cluster of two worker processes, PostgreSQL.
+set), every Beam pipeline on the DaskRunner against a dask.distributed cluster of two worker
+processes, PostgreSQL.
 
 Three generated days through ``run-day``, the month metered, drafted and finalized, then a late event
 and its adjustment: the warehouse rows and the lake's committed partitions equal those of the same commands
