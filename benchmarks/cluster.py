@@ -6,7 +6,7 @@ One generated landing day (Parquet, the project's generator) through ``usage-bil
 (ingest, the data-quality gate, aggregation, metering, effectiveness), each run a fresh process:
 
 - embedded: SQLite, a local lake, Beam in process (FnApiRunner, the default threads);
-- production profile: the lake and the landing area on S3 (moto's server on loopback, reached through
+- production profile: the lake and the landing area on S3 (rclone serve s3 on loopback, reached through
   Beam's S3 file system by ``--s3_*`` flags), PostgreSQL, every pipeline on Beam's DaskRunner against
   a ``dask.distributed`` cluster of 1 and then 2 worker processes (one thread each).
 
@@ -51,44 +51,57 @@ def _generate(workdir: Path, events: int) -> int:
 
 
 class Peaks:
-    """Samples the resident memory of named processes (and their children) every 100 ms."""
+    """Samples the resident memory and CPU seconds of named processes (with their children) every
+    100 ms, keeping every sample: what each step of the run used is read off between its start and end
+    (``by_step``)."""
 
     def __init__(self, processes: dict[str, int]) -> None:
         import psutil
 
         self.procs = {name: psutil.Process(pid) for name, pid in processes.items()}
-        self.peak = dict.fromkeys(processes, 0)
-        self.start_cpu = {name: self._cpu(p) for name, p in self.procs.items()}
-        self.cpu = dict(self.start_cpu)  # CPU seconds (user + system) last seen, children included
+        self.samples: dict[str, list[tuple[float, float, int]]] = {name: [] for name in processes}
+        for name, proc in self.procs.items():
+            self._take(name, proc)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def _sample(self) -> None:
-        import psutil
-
-        while not self._stop.is_set():
-            for name, proc in self.procs.items():
-                try:
-                    tree = [proc, *proc.children(recursive=True)]
-                    rss = sum(p.memory_info().rss for p in tree if p.is_running())
-                    self.cpu[name] = self._cpu(proc)
-                except psutil.Error:
-                    continue
-                self.peak[name] = max(self.peak[name], rss)
-            time.sleep(0.1)
-
-    @staticmethod
-    def _cpu(proc) -> float:  # type: ignore[no-untyped-def]
+    def _take(self, name: str, proc) -> None:  # type: ignore[no-untyped-def]
         import psutil
 
         try:
             tree = [proc, *proc.children(recursive=True)]
-            return sum(sum(p.cpu_times()[:2]) for p in tree if p.is_running())
+            live = [p for p in tree if p.is_running()]
+            cpu = sum(sum(p.cpu_times()[:2]) for p in live)
+            rss = sum(p.memory_info().rss for p in live)
         except psutil.Error:
-            return 0.0
+            return
+        self.samples[name].append((time.time(), cpu, rss))
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            for name, proc in self.procs.items():
+                self._take(name, proc)
+            time.sleep(0.1)
+
+    @property
+    def peak(self) -> dict[str, int]:
+        return {name: max((r for _, _, r in s), default=0) for name, s in self.samples.items()}
 
     def cpu_used(self) -> dict[str, float]:
-        return {name: self.cpu[name] - self.start_cpu[name] for name in self.procs}
+        return {name: (s[-1][1] - s[0][1]) if s else 0.0 for name, s in self.samples.items()}
+
+    def by_step(self, steps: list[dict]) -> dict[str, dict[str, tuple[float, int]]]:  # type: ignore[type-arg]
+        """{step: {process: (CPU seconds, peak resident bytes)}} from the samples inside each step."""
+        out: dict[str, dict[str, tuple[float, int]]] = {}
+        for step in steps:
+            out[step["step"]] = {}
+            for name, samples in self.samples.items():
+                inside = [x for x in samples if step["start"] <= x[0] <= step["end"]]
+                before = [x for x in samples if x[0] < step["start"]][-1:]
+                window = before + inside
+                cpu = window[-1][1] - window[0][1] if len(window) > 1 else 0.0
+                out[step["step"]][name] = (cpu, max((r for _, _, r in window), default=0))
+        return out
 
     def __enter__(self) -> Peaks:
         self._thread.start()
@@ -97,6 +110,8 @@ class Peaks:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        for name, proc in self.procs.items():
+            self._take(name, proc)
 
 
 def _base(config: str, database: str, lake: str, landing: str) -> list[str]:
@@ -106,9 +121,25 @@ def _base(config: str, database: str, lake: str, landing: str) -> list[str]:
             "--lake", lake, "--landing", landing]  # fmt: skip
 
 
-def _run(argv: list[str], others: dict[str, int], env: dict | None = None):  # type: ignore[no-untyped-def]
+@dataclasses.dataclass
+class Run:
+    wall: float
+    peak: dict[str, int]
+    cpu: dict[str, float]
+    steps: dict[str, dict[str, tuple[float, int]]]  # step -> process -> (CPU s, peak bytes)
+    step_wall: dict[str, float]
+    out: str
+
+
+def _run(argv: list[str], others: dict[str, int]) -> Run:
     """Run the command; its wall time, the peak memory and the CPU seconds of it and of ``others``
-    (the command's as last sampled, up to 0.1 s short), its output."""
+    (the command's as last sampled, up to 0.1 s short), per step too, its output."""
+    import json
+    import tempfile
+
+    fd, times = tempfile.mkstemp(suffix=".jsonl")
+    os.close(fd)
+    env = {**os.environ, "USAGE_BILLING_STEP_TIMES": times}
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     with Peaks({"command": proc.pid, **others}) as peaks:
@@ -116,10 +147,13 @@ def _run(argv: list[str], others: dict[str, int], env: dict | None = None):  # t
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[-6:]} failed ({proc.returncode}): {err[-3000:]}")
-    return wall, peaks.peak, peaks.cpu_used(), out
+    steps = [json.loads(line) for line in Path(times).read_text().splitlines()]
+    os.unlink(times)
+    step_wall = {s["step"]: s["end"] - s["start"] for s in steps}
+    return Run(wall, peaks.peak, peaks.cpu_used(), peaks.by_step(steps), step_wall, out)
 
 
-def _embedded(workdir: Path, config: str) -> tuple[float, dict[str, int], str]:
+def _embedded(workdir: Path, config: str) -> Run:
     run = workdir / "embedded"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir()
@@ -152,7 +186,7 @@ def _drop(url: str) -> None:
     admin.dispose()
 
 
-def _on_dask(workdir: Path, config: str, workers: int, endpoint: str, moto_pid: int):  # type: ignore[no-untyped-def]
+def _on_dask(workdir: Path, config: str, workers: int, endpoint: str, server_pid: int) -> Run:
     import distributed
 
     from tests.s3 import S3Store
@@ -172,14 +206,14 @@ def _on_dask(workdir: Path, config: str, workers: int, endpoint: str, moto_pid: 
         flags = [
             "--", "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
             f"--dask_client_address={cluster.scheduler_address}", f"--s3_endpoint_url={endpoint}",
-            "--s3_access_key_id=bench", "--s3_secret_access_key=bench", "--s3_region_name=us-east-1",
+            "--s3_access_key_id=test", "--s3_secret_access_key=test", "--s3_region_name=us-east-1",
         ]  # fmt: skip
         subprocess.run([*base, "db", "upgrade"], check=True, capture_output=True)
         subprocess.run(
             [*base, "accounts", "load", str(landing / "accounts.csv")], check=True, capture_output=True
         )
         pids = {f"worker {i + 1}": w.pid for i, w in enumerate(cluster.workers.values())}
-        return _run([*base, "run-day", "--date", DAY.isoformat(), *flags], {**pids, "S3 server": moto_pid})
+        return _run([*base, "run-day", "--date", DAY.isoformat(), *flags], {**pids, "S3 server": server_pid})
     finally:
         client.close()
         cluster.close()
@@ -187,16 +221,47 @@ def _on_dask(workdir: Path, config: str, workers: int, endpoint: str, moto_pid: 
         _drop(url)
 
 
-def _row(name: str, wall: float, events: int, peaks: dict, cpu: dict, base: float) -> str:  # type: ignore[type-arg]
-    memory = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in peaks.items())
-    seconds = ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items())
-    return f"| {name} | {wall:,.1f} | {events / wall:,.0f} | {wall / base:.2f}x | {memory} | {seconds} |"
+def _row(name: str, run: Run, events: int, base: float) -> str:
+    memory = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in run.peak.items())
+    seconds = ", ".join(f"{k} {v:,.0f}" for k, v in run.cpu.items())
+    return f"| {name} | {run.wall:,.1f} | {events / run.wall:,.0f} | {run.wall / base:.2f}x | {memory} | {seconds} |"
+
+
+def _workers(use: dict[str, tuple[float, int]]) -> tuple[float, int]:
+    """The Dask workers' CPU seconds together and the highest peak of one of them."""
+    mine = [v for k, v in use.items() if k.startswith("worker")]
+    return sum(c for c, _ in mine), max((m for _, m in mine), default=0)
+
+
+def _steps_table(rows: list[tuple[str, Run]], events: int) -> str:
+    """Per step: wall, the command's (driver's) CPU, the workers' CPU, the S3 server's, each per million
+    events and as a ratio to the embedded run's CPU for the step; peak memory of each process."""
+    base = rows[0][1]
+    lines = [
+        "| step | run | wall s | driver CPU s | workers CPU s | S3 server CPU s | driver / embedded CPU | "
+        "workers / embedded CPU | peak MB (driver, worst worker) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for step in base.steps:
+        embedded_cpu = base.steps[step]["command"][0] or 1e-9
+        for name, run in rows:
+            use = run.steps.get(step, {})
+            driver, driver_peak = use.get("command", (0.0, 0))
+            workers, worker_peak = _workers(use)
+            server = use.get("S3 server", (0.0, 0))[0]
+            lines.append(
+                f"| {step} | {name} | {run.step_wall.get(step, 0):,.1f} | {driver:,.1f} | {workers:,.1f} | "
+                f"{server:,.1f} | {driver / embedded_cpu:.2f} | {workers / embedded_cpu:.2f} | "
+                f"{driver_peak / 2**20:,.0f}, {worker_peak / 2**20:,.0f} |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--workdir", default="/tmp/ub-bench-cluster")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Dask runs, by worker count")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -206,30 +271,35 @@ def main() -> None:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.pop(name, None)  # the flags configure S3, as in the end-to-end test
-    rows = []
-    wall, peaks, cpu, out = _embedded(workdir, config)
-    print("embedded", wall, peaks, cpu, out[-300:], flush=True)
-    rows.append(("embedded: SQLite, local lake, FnApiRunner", wall, peaks, cpu))
+    rows: list[tuple[str, Run]] = []
+    run = _embedded(workdir, config)
+    print("embedded", run.wall, run.cpu, run.step_wall, run.out[-300:], flush=True)
+    rows.append(("embedded", run))
     from tests.s3 import s3_server
 
     with s3_server() as endpoint:
         import psutil
 
-        moto = next(p for p in psutil.Process().children() if "moto.server" in " ".join(p.cmdline()))
-        for workers in (1, 2):
-            wall, peaks, cpu, out = _on_dask(workdir, config, workers, endpoint, moto.pid)
-            print(f"dask {workers}", wall, peaks, cpu, out[-300:], flush=True)
-            rows.append((f"S3 (moto) + PostgreSQL + Dask, {workers} worker process(es)", wall, peaks, cpu))
-    base = rows[0][1]
-    table = "\n".join(_row(n, w, events, p, c, base) for n, w, p, c in rows)
+        server = next(p for p in psutil.Process().children() if "rclone" in " ".join(p.cmdline()))
+        for workers in args.workers:
+            run = _on_dask(workdir, config, workers, endpoint, server.pid)
+            print(f"dask {workers}", run.wall, run.cpu, run.step_wall, run.out[-300:], flush=True)
+            rows.append((f"Dask, {workers} worker(s)", run))
+    base = rows[0][1].wall
+    table = "\n".join(_row(n, r, events, base) for n, r in rows)
     write_section(
-        "Production profile: run-day on Dask, S3 and PostgreSQL (issue 29)",
+        "Production profile: run-day on Dask, S3 and PostgreSQL",
         f"`{command_line('benchmarks.cluster')}`\n\nMachine: {machine()}. One landing day of {events:,} "
         "events (Parquet), `usage-billing run-day` (ingest, gate, aggregate, meter, effectiveness) in a "
-        "fresh process each time. Peak memory: resident MB of each process (with its children); CPU: the "
-        "seconds each process used during the run (user + system).\n\n"
+        "fresh process each time: embedded = SQLite, a local lake, Beam's FnApiRunner; Dask = the lake "
+        "and landing area on S3 (`rclone serve s3` on loopback), PostgreSQL, Beam's DaskRunner on a "
+        "local dask.distributed cluster of 1 or 2 worker processes (one thread each). Peak memory: "
+        "resident MB of each process (with its children); CPU: the seconds each process used during the "
+        "run (user + system).\n\n"
         "| run | wall s | events/s | vs embedded | peak memory MB | CPU s |\n|---|---|---|---|---|---|\n"
-        + table,
+        + table
+        + "\n\nPer step (the command's step times, `USAGE_BILLING_STEP_TIMES`; CPU and memory sampled "
+        "every 100 ms):\n\n" + _steps_table(rows, events),
     )
 
 

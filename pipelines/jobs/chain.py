@@ -17,6 +17,9 @@ step's function is imported when the step runs).
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -63,6 +66,9 @@ def step_named(chain: Sequence[Step], name: str) -> Step:
     raise KeyError(f"no step {name!r} in the chain: {', '.join(s.name for s in chain)}")
 
 
+STEP_TIMES = "USAGE_BILLING_STEP_TIMES"
+
+
 def run_chain(
     chain: Sequence[Step],
     context: Any,
@@ -71,11 +77,18 @@ def run_chain(
     until: str | None = None,
 ) -> State:
     """Run the steps of ``chain`` in order on ``state`` (up to and including ``until``); ``on_step`` is
-    told each step's name as it starts."""
+    told each step's name as it starts. With ``USAGE_BILLING_STEP_TIMES`` set to a file, each step
+    appends a JSON line to it: its name and the wall-clock seconds (Unix time) it started and ended,
+    so that a profiler sampling the processes of a run can tell which step used what."""
+    times = os.environ.get(STEP_TIMES)
     for step in chain:
         if on_step is not None:
             on_step(step.name)
+        started = time.time()
         state = step.function()(context, state)
+        if times:
+            with open(times, "a") as handle:
+                handle.write(json.dumps({"step": step.name, "start": started, "end": time.time()}) + "\n")
         if step.name == until:
             break
     return state

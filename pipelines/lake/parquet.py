@@ -152,7 +152,8 @@ def scan(paths: list[str], columns: list[str], where: pc.Expression, schema: pa.
     tables = []
     for path in paths:
         with open_object(path) as handle:
-            fragment = parquet.make_fragment(pa.PythonFile(handle, mode="r"))
+            source = handle if isinstance(handle, pa.NativeFile) else pa.PythonFile(handle, mode="r")
+            fragment = parquet.make_fragment(source)
             known = fragment.physical_schema.names
             have = [c for c in columns if c in known]
             table = fragment.to_table(columns=have, filter=where)

@@ -25,6 +25,7 @@ from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError
+from pipelines.lake import objects
 from pipelines.runtime import compat
 
 EVENTS = "events"
@@ -112,6 +113,7 @@ def set_filesystem_options(options) -> None:
     """``FileSystems.set_options``, and S3 clients made anew for them (``compat.share_s3_clients``)."""
     FileSystems.set_options(options)
     compat.share_s3_clients(fresh=True)
+    objects.forget()
 
 
 _REACHED: set[tuple[str, int]] = set()
@@ -168,12 +170,18 @@ def staging(lake: str, run_id: str) -> str:
 
 
 def open_object(path: str):
-    """A remote file's bytes as stored: Beam's FileSystems would otherwise decompress a ``.gz`` name."""
+    """A remote file's bytes as stored (Beam's FileSystems would otherwise decompress a ``.gz`` name),
+    seekable; an ``s3://`` object through Arrow's S3 client (``objects.py``)."""
+    if objects.handles(path):
+        return objects.open_input(path)
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def create_object(path: str):
-    """A remote file to write, its bytes stored as given (no compression chosen by the name)."""
+    """A remote file to write, its bytes stored as given (no compression chosen by the name); an
+    ``s3://`` object through Arrow's S3 client (``objects.py``)."""
+    if objects.handles(path):
+        return objects.open_output(path)
     return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 

@@ -49,7 +49,8 @@ def read_ipc_batches(path: str, first: int, end: int) -> pa.Table:
         with pa.OSFile(path) as source:
             return _batches(pa.ipc.open_file(source), first, end)
     with open_object(path) as handle:  # seekable: the footer and the wanted batches, not the whole file
-        return _batches(pa.ipc.open_file(pa.PythonFile(handle, mode="r")), first, end)
+        source = handle if isinstance(handle, pa.NativeFile) else pa.PythonFile(handle, mode="r")
+        return _batches(pa.ipc.open_file(source), first, end)
 
 
 def _batches(reader: pa.ipc.RecordBatchFileReader, first: int, end: int) -> pa.Table:
