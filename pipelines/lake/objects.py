@@ -27,6 +27,9 @@ from pipelines.runtime import compat
 
 _FILESYSTEMS: dict[tuple, pafs.S3FileSystem] = {}
 _LOCK = threading.Lock()
+# The options last looked at and their file system: reading Beam's options builds an argument parser
+# (milliseconds), too slow to do for every object opened.
+_LAST: list[tuple[object, pafs.S3FileSystem]] = []
 
 
 def handles(path: str) -> bool:
@@ -38,6 +41,7 @@ def forget() -> None:
     """The S3 settings changed: the clients made so far are dropped."""
     with _LOCK:
         _FILESYSTEMS.clear()
+        _LAST.clear()
 
 
 def _settings() -> dict[str, Any]:
@@ -53,6 +57,10 @@ def _settings() -> dict[str, Any]:
 
 def filesystem() -> pafs.S3FileSystem:
     """Arrow's S3 file system for the settings in force, one per set of settings and process."""
+    options = compat.filesystem_options()
+    last = _LAST[:1]
+    if last and last[0][0] is options:
+        return last[0][1]
     given = _settings()
     key = tuple(sorted((k, str(v)) for k, v in given.items()))
     with _LOCK:
@@ -61,6 +69,7 @@ def filesystem() -> pafs.S3FileSystem:
             for name, value in compat.S3_CHECKSUMS.items():  # the C++ SDK reads them as botocore does
                 os.environ.setdefault(name, value)
             found = _FILESYSTEMS[key] = pafs.S3FileSystem(**_arrow_arguments(given))
+        _LAST[:] = [(options, found)]
     return found
 
 

@@ -9,6 +9,9 @@ renames what a patch relies on fails there, by name, rather than somewhere deep 
   computes and validates checksums only where the S3 API requires them (botocore's settings).
 - ``filesystem_options``: the options Beam's ``FileSystems`` were given (``FileSystems._pipeline_options``),
   which its S3 client needs outside a pipeline.
+- ``skip_gx_fingerprints``: great-expectations hashes every pandas batch under 1 GB for a batch
+  marker (``pandas_data_fingerprint``) that nothing here reads: a fifth of the gate's CPU. Lowers
+  ``pandas_execution_engine.HASH_THRESHOLD`` to 0.
 - ``quiet_harness_tracebacks``: Beam's SDK harness prints a failed bundle's traceback with the builtin
   ``print``; a user error's is left to the command's one line (shadows ``sdk_worker.print``).
 - ``ClickException``: what Typer raises for a usage mistake (``typer._click``, Typer's vendored Click).
@@ -27,11 +30,19 @@ from typing import Any
 
 from typer._click.exceptions import ClickException
 
-__all__ = ["ClickException", "exit_now", "filesystem_options", "quiet_harness_tracebacks", "share_s3_clients"]
+__all__ = [
+    "ClickException",
+    "exit_now",
+    "filesystem_options",
+    "quiet_harness_tracebacks",
+    "share_s3_clients",
+    "skip_gx_fingerprints",
+]
 
 
 _S3_CLIENTS: dict[tuple, object] = {}
 _S3_LOCK = threading.Lock()
+_S3_LAST: list[tuple[object, tuple]] = []  # the options last read and their key
 
 
 # What Beam's S3 client wrapper keeps of one download in progress (the open stream of a ranged read):
@@ -70,6 +81,7 @@ def share_s3_clients(fresh: bool = False) -> None:
     if fresh:
         with _S3_LOCK:
             _S3_CLIENTS.clear()
+            _S3_LAST.clear()
     try:
         from apache_beam.io.aws import s3io  # lazy: apache_beam
         from apache_beam.io.aws.clients.s3 import boto3_client  # lazy: apache_beam
@@ -83,9 +95,16 @@ def share_s3_clients(fresh: bool = False) -> None:
         if options is None:  # a worker process no one gave options: boto3's own (the AWS_* environment)
             options = {}
         if isinstance(options, PipelineOptions):
-            key = tuple(
-                sorted(options.view_as(S3Options).get_all_options(retain_unknown_options=False).items())
-            )
+            with _S3_LOCK:  # reading the options builds an argument parser: once per options object
+                last = _S3_LAST[:1]
+            if last and last[0][0] is options:
+                key = last[0][1]
+            else:
+                key = tuple(
+                    sorted(options.view_as(S3Options).get_all_options(retain_unknown_options=False).items())
+                )
+                with _S3_LOCK:
+                    _S3_LAST[:] = [(options, key)]
         else:
             key = tuple(sorted((k, str(v)) for k, v in dict(options).items()))
         key = tuple((k, str(v)) for k, v in key if k.startswith("s3_"))
@@ -113,6 +132,13 @@ def filesystem_options() -> Any:
     from apache_beam.io.filesystems import FileSystems  # lazy: apache_beam
 
     return FileSystems._pipeline_options
+
+
+def skip_gx_fingerprints() -> None:
+    """No fingerprint of each validated frame (GX computes it only below this size)."""
+    from great_expectations.execution_engine import pandas_execution_engine  # lazy: great_expectations
+
+    pandas_execution_engine.HASH_THRESHOLD = 0
 
 
 def quiet_harness_tracebacks(print_function: Callable[..., None]) -> None:

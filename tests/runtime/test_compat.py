@@ -102,3 +102,12 @@ def test_a_listing_without_key_count_gets_one_and_checksums_are_only_where_requi
         "when_required",
     )
     compat.share_s3_clients(fresh=True)
+
+
+def test_gx_fingerprints_a_pandas_batch_only_below_the_threshold_we_lower():
+    from great_expectations.execution_engine import pandas_execution_engine
+
+    source = inspect.getsource(pandas_execution_engine.PandasExecutionEngine.get_batch_data_and_markers)
+    assert "< HASH_THRESHOLD" in source and "hash_pandas_dataframe(df)" in source
+    compat.skip_gx_fingerprints()
+    assert pandas_execution_engine.HASH_THRESHOLD == 0
