@@ -19,6 +19,7 @@ import uuid
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.errors import UsageBillingError
+from pipelines.lake import objects
 from pipelines.lake.paths import (
     _OLD,
     DEFAULT_SHARDS,
@@ -172,7 +173,11 @@ def _commit_manifest(staged_dir: str, final_dir: str, run_id: str, carry_over: b
     staged = {posixpath.basename(p): p for p in list_files(staged_dir, "*")}
     if staged:
         names = sorted(staged)
-        FileSystems.copy([staged[n] for n in names], [join(version, n) for n in names])
+        sources, targets = [staged[n] for n in names], [join(version, n) for n in names]
+        if objects.handles(version):
+            objects.copy(sources, targets)
+        else:
+            FileSystems.copy(sources, targets)
     files = {n: f"{FILES}/{commit_id}/{n}" for n in staged}
     if carry_over:
         prefix = join(final_dir, "")

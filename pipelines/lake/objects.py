@@ -107,3 +107,17 @@ def open_input(path: str) -> pa.NativeFile:
 def open_output(path: str) -> pa.NativeFile:
     """A writer of the object: it appears whole when the writer is closed, or not at all."""
     return filesystem().open_output_stream(_key(path), metadata={})
+
+
+def copy(sources: list[str], destinations: list[str]) -> None:
+    """Server-side copies, one CopyObject request each (up to 5 GB an object), eight at a time.
+
+    Not Beam's copy: boto3's managed copy turns an object over 8 MB into a multipart copy, whose parts
+    some S3-compatible servers answer without the ETag boto3 reads (rclone's), and Beam then reports
+    no error: the destination was simply missing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fs = filesystem()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        pairs = zip(sources, destinations, strict=True)
+        list(pool.map(lambda pair: fs.copy_file(_key(pair[0]), _key(pair[1])), pairs))
