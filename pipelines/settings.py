@@ -150,3 +150,36 @@ def _at_least_zero(name: str, default: str, kind: type[int] | type[float], what:
 def quiet_great_expectations() -> None:
     """Great Expectations sends usage analytics unless told not to; ours never does (unless set)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+# botocore >= 1.36 and the AWS C++ SDK add a CRC to every upload and validate one on every download
+# whose answer carries one. S3-compatible servers differ there (rclone's answers a ranged GET with the
+# whole object's checksum: every ranged read fails), and a CRC of every spill object costs the workers
+# CPU. Only where the S3 API requires one, as before; an operator's own setting of either variable wins.
+S3_CHECKSUMS = {
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+}
+
+
+def s3_checksums_when_required() -> None:
+    """Set ``S3_CHECKSUMS`` where the environment does not say; before an S3 client is made."""
+    for name, value in S3_CHECKSUMS.items():
+        os.environ.setdefault(name, value)
+
+
+def s3_environment() -> dict[str, str | None]:
+    """The S3 endpoint and region the standard AWS variables name (None where they do not)."""
+    env = os.environ
+    return {
+        "endpoint": env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+        "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+    }
+
+
+STEP_TIMES = "USAGE_BILLING_STEP_TIMES"
+
+
+def step_times_file() -> str | None:
+    """Where each step of a chain appends its start and end times (``USAGE_BILLING_STEP_TIMES``)."""
+    return os.environ.get(STEP_TIMES) or None

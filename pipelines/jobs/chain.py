@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from pipelines.settings import step_times_file
 
 State = TypeVar("State")
 
@@ -66,9 +67,6 @@ def step_named(chain: Sequence[Step], name: str) -> Step:
     raise KeyError(f"no step {name!r} in the chain: {', '.join(s.name for s in chain)}")
 
 
-STEP_TIMES = "USAGE_BILLING_STEP_TIMES"
-
-
 def run_chain(
     chain: Sequence[Step],
     context: Any,
@@ -80,7 +78,7 @@ def run_chain(
     told each step's name as it starts. With ``USAGE_BILLING_STEP_TIMES`` set to a file, each step
     appends a JSON line to it: its name and the wall-clock seconds (Unix time) it started and ended,
     so that a profiler sampling the processes of a run can tell which step used what."""
-    times = os.environ.get(STEP_TIMES)
+    times = step_times_file()
     for step in chain:
         if on_step is not None:
             on_step(step.name)

@@ -16,14 +16,16 @@ else the standard ``AWS_*`` environment variables (``AWS_ENDPOINT_URL`` for an S
 
 from __future__ import annotations
 
-import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from apache_beam.options.pipeline_options import S3Options
 
 from pipelines.runtime import compat
+from pipelines.settings import s3_checksums_when_required, s3_environment
 
 _FILESYSTEMS: dict[tuple, pafs.S3FileSystem] = {}
 _LOCK = threading.Lock()
@@ -49,8 +51,6 @@ def _settings() -> dict[str, Any]:
     options = compat.filesystem_options()
     if options is None:
         return {}
-    from apache_beam.options.pipeline_options import S3Options  # lazy: apache_beam
-
     given = options.view_as(S3Options).get_all_options(retain_unknown_options=False)
     return {k: v for k, v in given.items() if k.startswith("s3_") and v not in (None, False)}
 
@@ -66,8 +66,7 @@ def filesystem() -> pafs.S3FileSystem:
     with _LOCK:
         found = _FILESYSTEMS.get(key)
         if found is None:
-            for name, value in compat.S3_CHECKSUMS.items():  # the C++ SDK reads them as botocore does
-                os.environ.setdefault(name, value)
+            s3_checksums_when_required()  # the C++ SDK reads them as botocore does
             found = _FILESYSTEMS[key] = pafs.S3FileSystem(**_arrow_arguments(given))
         _LAST[:] = [(options, found)]
     return found
@@ -75,9 +74,9 @@ def filesystem() -> pafs.S3FileSystem:
 
 def _arrow_arguments(given: dict[str, Any]) -> dict[str, Any]:
     """``pafs.S3FileSystem`` arguments from Beam's S3 options, else from the ``AWS_*`` variables."""
-    env = os.environ
-    endpoint = given.get("s3_endpoint_url") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    region = given.get("s3_region_name") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    env = s3_environment()
+    endpoint = given.get("s3_endpoint_url") or env["endpoint"]
+    region = given.get("s3_region_name") or env["region"]
     arguments: dict[str, Any] = {}
     if given.get("s3_access_key_id"):
         arguments["access_key"] = given["s3_access_key_id"]
@@ -115,8 +114,6 @@ def copy(sources: list[str], destinations: list[str]) -> None:
     Not Beam's copy: boto3's managed copy turns an object over 8 MB into a multipart copy, whose parts
     some S3-compatible servers answer without the ETag boto3 reads (rclone's), and Beam then reports
     no error: the destination was simply missing."""
-    from concurrent.futures import ThreadPoolExecutor
-
     fs = filesystem()
     with ThreadPoolExecutor(max_workers=8) as pool:
         pairs = zip(sources, destinations, strict=True)

@@ -30,6 +30,8 @@ from typing import Any
 
 from typer._click.exceptions import ClickException
 
+from pipelines.settings import s3_checksums_when_required
+
 __all__ = [
     "ClickException",
     "exit_now",
@@ -48,16 +50,6 @@ _S3_LAST: list[tuple[object, tuple]] = []  # the options last read and their key
 # What Beam's S3 client wrapper keeps of one download in progress (the open stream of a ranged read):
 # it belongs to the reader that made the wrapper and is never shared.
 S3_DOWNLOAD_STATE = {"_download_request": None, "_download_stream": None, "_download_pos": 0}
-
-
-# botocore >= 1.36 adds a CRC to every upload and validates one on every download whose answer carries
-# one. S3-compatible servers differ there (rclone's answers a ranged GET with the whole object's
-# checksum: every ranged read fails), and the CRC of every spill file costs the workers CPU. Only where
-# the API requires one, as botocore did before; an operator's own setting of either variable wins.
-S3_CHECKSUMS = {
-    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-}
 
 
 def _count_keys(parsed: dict, **_: object) -> None:
@@ -111,8 +103,7 @@ def share_s3_clients(fresh: bool = False) -> None:
         with _S3_LOCK:
             shared = _S3_CLIENTS.get(key)
             if shared is None:
-                for name, value in S3_CHECKSUMS.items():  # botocore reads them when it makes the client
-                    os.environ.setdefault(name, value)
+                s3_checksums_when_required()  # botocore reads them when it makes the client
                 shared = _S3_CLIENTS[key] = boto3_client.Client(options=options).client
                 shared.meta.events.register("after-call.s3.ListObjectsV2", _count_keys)
         wrapper = boto3_client.Client.__new__(boto3_client.Client)  # Beam's methods, no new session
