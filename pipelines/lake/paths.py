@@ -178,10 +178,9 @@ def open_object(path: str):
 
 
 def create_object(path: str):
-    """A remote file to write, its bytes stored as given (no compression chosen by the name); an
-    ``s3://`` object through Arrow's S3 client (``objects.py``)."""
-    if objects.handles(path):
-        return objects.open_output(path)
+    """A remote file to write, its bytes stored as given (no compression chosen by the name). Through
+    Beam's file systems on S3 too: Arrow's multipart writer failed a completion on rclone's server
+    (NoSuchUpload) once in a test run, not yet explained."""
     return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
