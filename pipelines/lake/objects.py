@@ -34,7 +34,7 @@ _LAST: list[tuple[object, pafs.S3FileSystem]] = []
 
 
 def handles(path: str) -> bool:
-    """Whether Arrow's S3 client reads and writes ``path`` (``s3://`` objects)."""
+    """Whether Arrow's S3 client reads and copies ``path`` (``s3://`` objects; writes stay with Beam)."""
     return path.startswith("s3://")
 
 
