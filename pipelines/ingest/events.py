@@ -85,15 +85,15 @@ log = logging.getLogger(__name__)
 # -- DoFns ---------------------------------------------------------------------------------------
 
 
-# Rows of one sub-shard inside a spill file, (sub, path, first batch, end batch): what travels through the
+# Rows of one sub-shard inside a spill file, (sub, path, first byte, end byte): what travels through the
 # shuffle instead of the rows. A plain tuple, so every runner's coder carries it unchanged.
 SpillRef = tuple[int, str, int, int]
 
 
 class ReadAndValidate(beam.DoFn):
     """One read unit -> clean rows spilled to the run's staging folder and refs to them keyed by shard,
-    quarantine rows, counts. Spilling keeps the shuffle to small references (Arrow IPC, one record
-    batch range per sub-shard, read back alone).
+    quarantine rows, counts. Spilling keeps the shuffle to small references (``lake.write_ipc_segments``:
+    one byte range per sub-shard, read back alone).
     """
 
     def __init__(
@@ -174,7 +174,7 @@ class DedupAndStage(beam.DoFn):
         hashes: dict[dt.date, list[np.ndarray]] = {}
         try:
             for sub in sorted(by_sub):
-                parts = [lake.read_ipc_batches(path, first, end) for path, first, end in by_sub[sub]]
+                parts = lake.read_ipc_segments(by_sub[sub])
                 existing.sub = (sub, subs, self.shards)
                 result = dedup_shard(parts, existing, self.dataset)
                 del parts

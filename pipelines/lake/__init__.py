@@ -53,7 +53,9 @@ from pipelines.lake.paths import (  # noqa: F401
 )
 from pipelines.lake.spill import (  # noqa: F401
     IpcSegments,
-    read_ipc_batches,
+    Segment,
+    read_ipc_segment,
+    read_ipc_segments,
     read_npy,
     write_ipc_segments,
     write_npy,

@@ -74,7 +74,7 @@ def _day_runs(rows: pa.Table) -> tuple[pa.Table, list[tuple[dt.date, tuple[int, 
 
 
 # One record per (event, pool) that covered tokens of it: lake ``allocations/date=L/``.
-ALLOCATION_SPILL = "_allocations"  # per shard: the records as Arrow IPC, one batch range per local day
+ALLOCATION_SPILL = "_allocations"  # per shard: the records as Arrow IPC, one segment per local day
 
 
 STATE_SPILL = "_pool_state"  # per shard: the kept balances, the same way
@@ -95,7 +95,7 @@ def pool_draws(records: pa.Table, model: pa.Array | pa.ChunkedArray) -> pa.Table
 
 
 def spill_days(rows: pa.Table, folder: str, name: str) -> None:
-    """A shard's rows, sorted by local day, as one Arrow IPC file with a batch range per day, and a
+    """A shard's rows, sorted by local day, as one spill file with a segment per day, and a
     sidecar naming each day's range: the driver joins every shard's day into one file of its own."""
     if rows.num_rows == 0:
         return
@@ -104,7 +104,7 @@ def spill_days(rows: pa.Table, folder: str, name: str) -> None:
     ranges = lake.write_ipc_segments(path, rows, [(start, end - start) for _, (start, end) in days])
     lake.write_json(
         lake.join(folder, f"{name}.json"),
-        {day.isoformat(): list(batches) for (day, _), batches in zip(days, ranges, strict=True)},
+        {day.isoformat(): list(byte_range) for (day, _), byte_range in zip(days, ranges, strict=True)},
     )
 
 
@@ -262,8 +262,8 @@ def shard_count(units: list[lake.Unit]) -> int:
 
 
 def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, kind: str):
-    """Write ``table`` as one Arrow IPC file, one record batch range per account shard; yields
-    (shard, (kind, file, first batch, end batch))."""
+    """Write ``table`` as one spill file, one segment per account shard; yields
+    (shard, (kind, file, first byte, end byte))."""
     # An account has many events: hash each account once (2.6x faster than hashing every row).
     accounts = table["account_id"].combine_chunks()
     if accounts.null_count:  # not expected (a required field): each row's text

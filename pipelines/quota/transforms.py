@@ -137,8 +137,9 @@ class AllocateShard(beam.DoFn):
 def _shard_input(refs: list[tuple[str, str, int, int]]) -> tuple[pa.Table, pa.Table | None]:
     """A shard's spilled events (SPILL_SCHEMA) and the balances it starts from (None: the period starts)."""
     parts: dict[str, list[pa.Table]] = {"events": [], "state": []}
-    for kind, path, first, end in refs:
-        parts[kind].append(lake.read_ipc_batches(path, first, end))
+    tables = lake.read_ipc_segments((path, first, end) for _, path, first, end in refs)
+    for (kind, _, _, _), table in zip(refs, tables, strict=True):
+        parts[kind].append(table)
     if parts["events"]:
         events = pa.concat_tables(parts["events"]).combine_chunks().cast(SPILL_SCHEMA)
     else:  # only balances carried over: their pool rows and states still come out

@@ -1,0 +1,91 @@
+"""Spill segments between Beam stages (``lake.write_ipc_segments``): each segment reads back alone,
+exactly, from its byte range, on a local disk and on an object store (rclone's S3 server); each carries
+only the dictionary values its rows use; a range that is not a segment is a one-line error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipelines import lake
+from pipelines.errors import UsageBillingError
+from pipelines.lake import objects, spill
+from pipelines.lake.paths import use_filesystem_options
+from tests.s3 import S3_ENV, S3Store
+
+
+def _table(rows: int = 3_000) -> pa.Table:
+    accounts = pa.array([f"acct-{i % 997:05d}" for i in range(rows)]).dictionary_encode()
+    tiers = pa.array([None if i % 7 == 0 else ("priority", "standard")[i % 2] for i in range(rows)])
+    return pa.table(
+        {
+            "account_id": accounts,
+            "speed_tier": tiers.dictionary_encode(),
+            "tokens": pa.array(range(rows), pa.int64()),
+        }
+    )
+
+
+SEGMENTS = [(0, 10), (10, 990), (1_000, 0), (1_000, 2_000)]
+
+
+@pytest.fixture(params=["local", "s3"])
+def folder(request, tmp_path: Path):  # type: ignore[no-untyped-def]
+    return str(tmp_path) if request.param == "local" else request.getfixturevalue("s3_folder")
+
+
+@pytest.fixture
+def s3_folder(s3_endpoint, monkeypatch):  # type: ignore[no-untyped-def]
+    endpoint = s3_endpoint
+    for name, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+        monkeypatch.setenv(name, value)
+    use_filesystem_options([])
+    store = S3Store(endpoint)
+    yield f"{store.root}/spill"
+    store.clear()
+    use_filesystem_options([])
+
+
+def test_each_segment_reads_back_alone_and_exactly(folder: str) -> None:
+    table = _table()
+    path = lake.join(folder, "unit.arrow")
+    ranges = lake.write_ipc_segments(path, table, SEGMENTS)
+    assert [r[0] for r in ranges[1:]] == [r[1] for r in ranges[:-1]]  # one after another, nothing between
+    for (offset, length), (first, end) in reversed(list(zip(SEGMENTS, ranges, strict=True))):
+        back = lake.read_ipc_segment(path, first, end)
+        assert back.to_pylist() == table.slice(offset, length).to_pylist()
+        assert back.schema == table.schema  # dictionary columns stay dictionary columns
+    together = lake.read_ipc_segments([(path, first, end) for first, end in ranges] * 3)
+    assert [t.to_pylist() for t in together] == [table.slice(o, n).to_pylist() for o, n in SEGMENTS] * 3
+    with lake.IpcSegments() as segments:
+        assert segments.read(path, *ranges[1]).to_pylist() == table.slice(10, 990).to_pylist()
+
+
+def test_a_segment_carries_only_the_dictionary_values_it_uses(tmp_path: Path) -> None:
+    table = _table(20_000)  # 997 accounts in the dictionary
+    ranges = lake.write_ipc_segments(str(tmp_path / "unit.arrow"), table, [(0, 5), (5, 19_995)])
+    small = ranges[0][1] - ranges[0][0]
+    assert small < 4_000, small  # the whole dictionary alone is over 11,000 bytes
+    back = lake.read_ipc_segment(str(tmp_path / "unit.arrow"), *ranges[0])
+    assert len(back["account_id"].chunk(0).dictionary) == 5
+
+
+def test_an_object_is_opened_once_for_all_its_segments(s3_folder: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    folder = s3_folder
+    opened: list[str] = []
+    real = objects.open_input
+    monkeypatch.setattr(objects, "open_input", lambda p: opened.append(p) or real(p))
+    path = lake.join(folder, "once.arrow")
+    ranges = lake.write_ipc_segments(path, _table(), SEGMENTS)
+    spill._OPENED.clear()
+    lake.read_ipc_segments([(path, first, end) for first, end in ranges])
+    assert opened == [path]
+
+
+def test_a_range_that_is_not_a_segment_is_a_one_line_error(tmp_path: Path) -> None:
+    path = str(tmp_path / "unit.arrow")
+    ranges = lake.write_ipc_segments(path, _table(), SEGMENTS)
+    with pytest.raises(UsageBillingError, match="not a spill segment"):
+        lake.read_ipc_segment(path, ranges[1][0] + 3, ranges[1][1])
