@@ -5,9 +5,11 @@ seeks to a row group near the start of a file downloads up to 16 MiB past it, an
 the buffer is another request. Arrow's client reads exactly the ranges a Parquet or IPC reader asks
 for (a row group's column chunks coalesced into one request), outside the GIL.
 
-Writes stay with Beam for now (``paths.create_object``): Arrow's multipart writer once failed a
-completion against rclone's server (NoSuchUpload), not yet explained. Beam's writer appends each
-write to a bytes object and uploads every object in three requests: the next cost to cut. Listing,
+Writes (``ObjectWriter``) collect an object's bytes and upload them when it is closed in one
+PutObject request through the shared boto3 client: Beam's writer uploads every object, however small,
+in three requests (a multipart upload) and copies what it holds on every write. An object past
+``PUT_MAX`` goes on through Beam's multipart writer. (Arrow's multipart writer once failed a
+completion against rclone's server, NoSuchUpload, not explained; it is not used.) Listing,
 existence and deletes stay with Beam's ``FileSystems`` (``paths.py``): they are few per run. Both
 clients take the same settings: Beam's ``--s3_*`` flags when a run gives them, else the standard
 ``AWS_*`` environment variables (``AWS_ENDPOINT_URL`` for an S3-compatible server).
@@ -15,7 +17,9 @@ clients take the same settings: Beam's ``--s3_*`` flags when a run gives them, e
 
 from __future__ import annotations
 
+import io
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,7 +38,7 @@ _LAST: list[tuple[object, pafs.S3FileSystem]] = []
 
 
 def handles(path: str) -> bool:
-    """Whether Arrow's S3 client reads and copies ``path`` (``s3://`` objects; writes stay with Beam)."""
+    """Whether this module reads, writes and copies ``path`` (``s3://`` objects)."""
     return path.startswith("s3://")
 
 
@@ -112,3 +116,58 @@ def copy(sources: list[str], destinations: list[str]) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         pairs = zip(sources, destinations, strict=True)
         list(pool.map(lambda pair: fs.copy_file(_key(pair[0]), _key(pair[1])), pairs))
+
+
+PUT_MAX = 64 << 20  # bytes an object may have to be uploaded in one request; beyond, a multipart upload
+
+
+class ObjectWriter(io.RawIOBase):
+    """A new object, written like a file: its bytes are held and uploaded in one PutObject request when
+    it is closed; past ``PUT_MAX`` bytes they go on through ``larger()`` (a multipart writer) instead.
+    Left by an exception (``with``), nothing is uploaded: no object rather than part of one."""
+
+    def __init__(self, path: str, larger: Callable[[], Any]) -> None:
+        super().__init__()
+        self.path, self._larger = path, larger
+        self._held: io.BytesIO | None = io.BytesIO()
+        self._stream: Any = None
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes
+        if self._stream is not None:
+            self._stream.write(data)
+        else:
+            assert self._held is not None, "write after close"
+            self._held.write(data)
+            if self._held.tell() > PUT_MAX:
+                self._stream = self._larger()
+                self._stream.write(self._held.getbuffer())
+                self._held = None
+        self._position += size
+        return size
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._stream is not None:
+                self._stream.close()
+            elif self._held is not None:
+                bucket, _, key = _key(self.path).partition("/")
+                client = compat.shared_s3_client(compat.filesystem_options())
+                client.put_object(Bucket=bucket, Key=key, Body=self._held.getvalue())
+        finally:
+            self._held = None
+            super().close()
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        if kind is not None and self._stream is None:
+            self._held = None  # not uploaded
+        self.close()

@@ -46,11 +46,8 @@ def write_ipc_segments(path: str, table: pa.Table, segments: list[tuple[int, int
         with pa.BufferedOutputStream(pa.OSFile(path, "wb"), buffer_size=1 << 20) as sink:
             _write_segments(sink, table, segments, ranges)
         return ranges
-    buffer = pa.BufferOutputStream()
-    _write_segments(buffer, table, segments, ranges)
-    data = buffer.getvalue()
-    with create_object(path) as handle:  # one write: Beam's writer copies what it holds on every write
-        handle.write(memoryview(data))
+    with create_object(path) as handle:  # uploaded when closed (``objects.ObjectWriter`` on S3)
+        _write_segments(handle, table, segments, ranges)
     return ranges
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "filesystem_options",
     "quiet_harness_tracebacks",
     "share_s3_clients",
+    "shared_s3_client",
     "skip_gx_fingerprints",
 ]
 
@@ -77,37 +78,14 @@ def share_s3_clients(fresh: bool = False) -> None:
     try:
         from apache_beam.io.aws import s3io  # lazy: apache_beam
         from apache_beam.io.aws.clients.s3 import boto3_client  # lazy: apache_beam
-        from apache_beam.options.pipeline_options import PipelineOptions, S3Options  # lazy: apache_beam
     except ImportError:
         return
     if getattr(s3io, "_shared_clients", False):
         return
 
     def client(options):
-        if options is None:  # a worker process no one gave options: boto3's own (the AWS_* environment)
-            options = {}
-        if isinstance(options, PipelineOptions):
-            with _S3_LOCK:  # reading the options builds an argument parser: once per options object
-                last = _S3_LAST[:1]
-            if last and last[0][0] is options:
-                key = last[0][1]
-            else:
-                key = tuple(
-                    sorted(options.view_as(S3Options).get_all_options(retain_unknown_options=False).items())
-                )
-                with _S3_LOCK:
-                    _S3_LAST[:] = [(options, key)]
-        else:
-            key = tuple(sorted((k, str(v)) for k, v in dict(options).items()))
-        key = tuple((k, str(v)) for k, v in key if k.startswith("s3_"))
-        with _S3_LOCK:
-            shared = _S3_CLIENTS.get(key)
-            if shared is None:
-                s3_checksums_when_required()  # botocore reads them when it makes the client
-                shared = _S3_CLIENTS[key] = boto3_client.Client(options=options).client
-                shared.meta.events.register("after-call.s3.ListObjectsV2", _count_keys)
         wrapper = boto3_client.Client.__new__(boto3_client.Client)  # Beam's methods, no new session
-        wrapper.client = shared
+        wrapper.client = shared_s3_client(options)
         vars(wrapper).update(S3_DOWNLOAD_STATE)
         return wrapper
 
@@ -116,6 +94,36 @@ def share_s3_clients(fresh: bool = False) -> None:
 
     s3io.boto3_client = _Shared  # type: ignore[assignment]  # Beam's module attribute, replaced on purpose
     s3io._shared_clients = True  # type: ignore[attr-defined]  # our mark that it was replaced
+
+
+def shared_s3_client(options: Any) -> Any:
+    """The boto3 S3 client shared by every user of one set of S3 options (Beam's ``PipelineOptions``,
+    a dict of ``s3_*`` items, or None: boto3's own settings, the ``AWS_*`` environment)."""
+    from apache_beam.io.aws.clients.s3 import boto3_client  # lazy: apache_beam
+    from apache_beam.options.pipeline_options import PipelineOptions, S3Options  # lazy: apache_beam
+
+    if options is None:
+        options = {}
+    if isinstance(options, PipelineOptions):
+        with _S3_LOCK:  # reading the options builds an argument parser: once per options object
+            last = _S3_LAST[:1]
+        if last and last[0][0] is options:
+            key = last[0][1]
+        else:
+            given = options.view_as(S3Options).get_all_options(retain_unknown_options=False)
+            key = tuple(sorted(given.items()))
+            with _S3_LOCK:
+                _S3_LAST[:] = [(options, key)]
+    else:
+        key = tuple(sorted((k, str(v)) for k, v in dict(options).items()))
+    key = tuple((k, str(v)) for k, v in key if k.startswith("s3_"))
+    with _S3_LOCK:
+        shared = _S3_CLIENTS.get(key)
+        if shared is None:
+            s3_checksums_when_required()  # botocore reads them when it makes the client
+            shared = _S3_CLIENTS[key] = boto3_client.Client(options=options).client
+            shared.meta.events.register("after-call.s3.ListObjectsV2", _count_keys)
+    return shared
 
 
 def filesystem_options() -> Any:
