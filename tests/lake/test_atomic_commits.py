@@ -28,17 +28,6 @@ pytestmark = pytest.mark.slow
 FILES = ("shard-0000.parquet", "shard-0001.parquet", "shard-0002.parquet")
 
 
-@pytest.fixture
-def bucket(s3_endpoint, monkeypatch):  # type: ignore[no-untyped-def]
-    for name, value in {**S3_ENV, "AWS_ENDPOINT_URL": s3_endpoint}.items():
-        monkeypatch.setenv(name, value)
-    use_filesystem_options([])
-    store = S3Store(s3_endpoint)
-    yield store
-    store.clear()
-    use_filesystem_options([])
-
-
 def _stage(store: S3Store, version: int, names=FILES) -> str:  # type: ignore[no-untyped-def]
     """A staged partition whose every file holds rows labelled ``version``."""
     staged = f"{store.root}/lake/_staging/v{version}/events/date=2026-03-02"

@@ -9,21 +9,9 @@ import pytest
 
 from pipelines import lake
 from pipelines.lake import objects
-from pipelines.lake.paths import use_filesystem_options
-from tests.s3 import S3_ENV, S3Store
+from tests.s3 import S3Store
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def bucket(s3_endpoint, monkeypatch):  # type: ignore[no-untyped-def]
-    for name, value in {**S3_ENV, "AWS_ENDPOINT_URL": s3_endpoint}.items():
-        monkeypatch.setenv(name, value)
-    use_filesystem_options([])
-    store = S3Store(s3_endpoint)
-    yield store
-    store.clear()
-    use_filesystem_options([])
 
 
 def _table(rows: int) -> pa.Table:

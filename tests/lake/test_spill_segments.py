@@ -12,8 +12,7 @@ import pytest
 from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.lake import objects, spill
-from pipelines.lake.paths import use_filesystem_options
-from tests.s3 import S3_ENV, S3Store
+from tests.s3 import S3Store
 
 
 def _table(rows: int = 3_000) -> pa.Table:
@@ -37,15 +36,8 @@ def folder(request, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def s3_folder(s3_endpoint, monkeypatch):  # type: ignore[no-untyped-def]
-    endpoint = s3_endpoint
-    for name, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
-        monkeypatch.setenv(name, value)
-    use_filesystem_options([])
-    store = S3Store(endpoint)
-    yield f"{store.root}/spill"
-    store.clear()
-    use_filesystem_options([])
+def s3_folder(bucket: S3Store) -> str:
+    return f"{bucket.root}/spill"
 
 
 def test_each_segment_reads_back_alone_and_exactly(folder: str) -> None:
