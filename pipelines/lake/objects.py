@@ -124,7 +124,8 @@ PUT_MAX = 64 << 20  # bytes an object may have to be uploaded in one request; be
 class ObjectWriter(io.RawIOBase):
     """A new object, written like a file: its bytes are held and uploaded in one PutObject request when
     it is closed; past ``PUT_MAX`` bytes they go on through ``larger()`` (a multipart writer) instead.
-    Left by an exception (``with``), nothing is uploaded: no object rather than part of one."""
+    Left by an exception (``with``) before it grew past ``PUT_MAX``, nothing is uploaded: no object
+    rather than part of one (past it, the multipart writer is closed as before, with what it got)."""
 
     def __init__(self, path: str, larger: Callable[[], Any]) -> None:
         super().__init__()

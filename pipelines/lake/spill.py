@@ -111,8 +111,8 @@ def _stream(data: pa.Buffer, path: str) -> pa.Table:
 
 
 # Objects opened for ranged reads, by path: opening one asks the server its size (a HEAD request),
-# once per object and process rather than once per segment. Spill objects are written once, by name
-# unique to their run, before anything reads them.
+# once per object and process rather than once per segment. An object written again under the same
+# name (a run retried with its run id) is opened again when a range passes the size first seen.
 _OPENED: dict[str, pa.NativeFile] = {}
 _OPENED_LOCK = threading.Lock()
 _OPENED_MAX = 4096
@@ -126,12 +126,17 @@ def _read_range(path: str, first: int, end: int) -> pa.Buffer:
         with open_object(path) as handle:
             handle.seek(first)
             return pa.py_buffer(handle.read(end - first))
-    return _opened(path).read_at(end - first, first)
+    source = _opened(path)
+    if end > source.size():  # written again, longer, since it was opened (a rerun's spill of one name)
+        source = _opened(path, again=True)
+    return source.read_at(end - first, first)
 
 
-def _opened(path: str) -> pa.NativeFile:
+def _opened(path: str, again: bool = False) -> pa.NativeFile:
+    """The object opened for ranged reads (its size asked once); ``again``: asked anew. A range read
+    returns the object's bytes as they are now: only a size learned earlier can be out of date."""
     with _OPENED_LOCK:
-        source = _OPENED.get(path)
+        source = None if again else _OPENED.get(path)
     if source is None:
         source = objects.open_input(path)
         with _OPENED_LOCK:

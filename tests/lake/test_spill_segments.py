@@ -81,3 +81,16 @@ def test_a_range_that_is_not_a_segment_is_a_one_line_error(tmp_path: Path) -> No
     ranges = lake.write_ipc_segments(path, _table(), SEGMENTS)
     with pytest.raises(UsageBillingError, match="not a spill segment"):
         lake.read_ipc_segment(path, ranges[1][0] + 3, ranges[1][1])
+
+
+def test_an_object_written_again_longer_is_read_from_its_new_size(s3_folder: str) -> None:
+    """A run retried under its run id writes its spill objects again under the same names, in a
+    worker process that may have opened them already: a range past the size first seen still reads."""
+    path = lake.join(s3_folder, "again.arrow")
+    first = lake.write_ipc_segments(path, _table(100), [(0, 100)])
+    assert lake.read_ipc_segments([(path, *first[0])] * 2)[0].num_rows == 100
+    table = _table(5_000)
+    again = lake.write_ipc_segments(path, table, [(0, 10), (10, 4_990)])
+    assert again[1][1] > first[0][1]
+    back = lake.read_ipc_segments([(path, *r) for r in again])
+    assert [t.to_pylist() for t in back] == [table.slice(0, 10).to_pylist(), table.slice(10).to_pylist()]
