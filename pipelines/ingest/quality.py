@@ -84,6 +84,7 @@ def _batches(
 
 _GATES: dict[tuple, Gate] = {}
 _GATES_LOCK = threading.Lock()
+_GX_RUNS = threading.Lock()  # a GX context is not for two threads at once (a Dask worker of two threads)
 
 
 def _gate(catalog: Catalog, factor: float, outcomes: bool) -> Gate:
@@ -112,7 +113,9 @@ def _validate(
         starting = pool.submit(_gate, catalog, factor, outcomes)
         for batch in batches:
             table = _read(batch, outcomes)
-            reports += starting.result().validate_many(table, [part for part, _ in batch])
+            gate = starting.result()
+            with _GX_RUNS:
+                reports += gate.validate_many(table, [part for part, _ in batch])
     return reports
 
 
@@ -142,25 +145,40 @@ def check_partitions(
     run_id: str,
     factor: float = DEFAULT_VOLUME_FACTOR,
     weeks: int = DEFAULT_VOLUME_WEEKS,
+    executor: concurrent.futures.Executor | None = None,
 ) -> list[PartitionReport]:
     """Validate each date's committed partition, store the results, write the pages, return reports.
 
-    Many rows (a backfill, the demo) are split between worker processes, one GX context each.
+    With ``executor`` (the run's Dask cluster) each batch of partitions is a task there, one GX context
+    per worker process; without, many rows (a backfill, the demo) are split between two local worker
+    processes.
     """
     require_lake(engine, lake_root, "dq check")
     with step_lock(engine, DQ_LOCK):
-        return _check(engine, lake_root, catalog, dates, run_id, factor, weeks)
+        return _check(engine, lake_root, catalog, dates, run_id, factor, weeks, executor)
 
 
 DQ_LOCK = "data quality"  # every write of dq_results and dq_acceptances holds it
 MAX_REASON = 1000  # dq_acceptances.reason is VARCHAR(1000)
 
 
-def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str, factor: float, weeks: int):
+def _check(
+    engine: Engine,
+    lake_root: str,
+    catalog: Catalog,
+    dates,
+    run_id: str,
+    factor: float,
+    weeks: int,
+    executor: concurrent.futures.Executor | None,
+):
     batches = _batches(lake_root, sorted(set(dates)), weeks)
+    outcome_batches = _outcome_batches(lake_root, dates)
     rows = sum(part.rows for batch in batches for part, _ in batch)
     workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(batches)) if rows >= PARALLEL_MIN_ROWS else 1
-    if workers > 1:
+    if executor is not None:
+        reports, outcome_reports = _on_cluster(executor, lake_root, catalog, batches, outcome_batches, factor)
+    elif workers > 1:
         chunks = [batches[i::workers] for i in range(workers)]
         context = multiprocessing.get_context("spawn")  # no fork of a process that ran Beam's threads
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=quiet) as pool:
@@ -170,9 +188,9 @@ def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str,
             reports = sorted((r for part in parts for r in part), key=lambda r: r.day)
     else:
         reports = _validate(lake_root, catalog, batches, factor)
-    reports = _with_outcomes(
-        reports, _validate(lake_root, catalog, _outcome_batches(lake_root, dates), factor, True)
-    )
+    if executor is None:
+        outcome_reports = _validate(lake_root, catalog, outcome_batches, factor, True)
+    reports = _with_outcomes(reports, outcome_reports)
     _store(engine, reports, run_id)
     acceptances = _acceptances(engine, [r.day for r in reports])
     for report in reports:
@@ -181,6 +199,23 @@ def _check(engine: Engine, lake_root: str, catalog: Catalog, dates, run_id: str,
         quality_pages.write_page(lake_root, report)
     quality_pages.write_index(engine, lake_root)
     return reports
+
+
+def _on_cluster(
+    executor: concurrent.futures.Executor,
+    lake_root: str,
+    catalog: Catalog,
+    batches: list[list[tuple[Part, list[str]]]],
+    outcome_batches: list[list[tuple[Part, list[str]]]],
+    factor: float,
+) -> tuple[list[PartitionReport], list[PartitionReport]]:
+    """Each batch of usage events a task, the task outcomes one more; the reports in date order."""
+    events = [executor.submit(_validate, lake_root, catalog, [batch], factor) for batch in batches]
+    outcomes = None
+    if outcome_batches:
+        outcomes = executor.submit(_validate, lake_root, catalog, outcome_batches, factor, True)
+    reports = sorted((r for future in events for r in future.result()), key=lambda r: r.day)
+    return reports, outcomes.result() if outcomes is not None else []
 
 
 def _outcome_batches(lake_root: str, dates) -> list[list[tuple[Part, list[str]]]]:

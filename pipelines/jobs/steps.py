@@ -115,7 +115,10 @@ def quality_gate(context: RunContext, state: DayState) -> DayState:
     outcomes failed goes on to billing, and its week's effectiveness waits."""
     gated = sorted({*state.todo, *state.outcome_dates})
     run_id = state.run_id or "run-day"
-    reports = quality.check_partitions(context.engine, context.lake, context.catalog, gated, run_id)
+    with context.cluster() as executor:
+        reports = quality.check_partitions(
+            context.engine, context.lake, context.catalog, gated, run_id, executor=executor
+        )
     if state.accept_reason:
         for report in reports:
             if report.blocked and report.day in state.landing:

@@ -15,6 +15,7 @@ take the context, the dates and their own typed options.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -79,6 +80,13 @@ class RunContext:
 
             self._options[threads] = pipeline_options(list(self.beam_args), threads)
         return self._options[threads]
+
+    def cluster(self) -> contextlib.AbstractContextManager[concurrent.futures.Executor | None]:
+        """``with context.cluster() as executor:`` a step's own Python work on the run's Dask cluster
+        (None: the run names none, the work stays in this process)."""
+        from pipelines.runtime.options import cluster  # lazy: apache_beam
+
+        return cluster(self.beam_options())
 
     @property
     def lake(self) -> str:

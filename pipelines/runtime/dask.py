@@ -6,10 +6,15 @@ nobody gives options: an ``s3://`` lake configured by ``--s3_*`` flags would be 
 endpoint or credentials at all. ``prepare_workers`` registers a worker plugin, before the pipeline
 runs, that gives every worker of the cluster (and any that joins later) the run's file-system settings.
 Settings taken from the environment (``AWS_*``) are the workers' own environment's. It also spreads the
-run over the cluster's workers (``PARTITIONS_PER_THREAD``).
+run over the cluster's workers (``PARTITIONS_PER_THREAD``). ``cluster_executor`` hands a step's own
+Python work (the data-quality gate) to the same cluster.
 """
 
 from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -42,6 +47,39 @@ class FileSystemSettings(WorkerPlugin):
         set_filesystem_options(PipelineOptions.from_dictionary(self.values))
 
 
+def _address(options) -> tuple[str | None, str | None, int]:
+    from apache_beam.runners.dask.dask_runner import DaskOptions  # lazy: dask
+
+    dask = options.view_as(DaskOptions)
+    return dask.address, dask.scheduler_file, dask.timeout if isinstance(dask.timeout, int) else 30
+
+
+def _client(options):
+    address, scheduler_file, timeout = _address(options)
+    try:
+        return Client(address=address, scheduler_file=scheduler_file, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        where = address or scheduler_file
+        raise UsageBillingError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
+
+
+@contextlib.contextmanager
+def cluster_executor(options) -> Iterator[concurrent.futures.Executor | None]:
+    """An executor whose tasks run on the run's Dask cluster (its workers have the file-system settings
+    ``prepare_workers`` registered), or None when the run names no cluster (the DaskRunner's own local
+    cluster lives only as long as one pipeline run). Tasks are not cached by their arguments: the lake
+    they read changes between runs."""
+    address, scheduler_file, _ = _address(options)
+    if Client is None or not (address or scheduler_file):
+        yield None
+        return
+    client = _client(options)
+    try:
+        yield client.get_executor(pure=False)
+    finally:
+        client.close()
+
+
 def prepare_workers(options) -> None:
     """Register ``FileSystemSettings`` with the run's Dask cluster (``--dask_client_address`` or
     ``--dask_scheduler_file``). Without either the DaskRunner starts a local cluster of its own, whose
@@ -53,12 +91,7 @@ def prepare_workers(options) -> None:
     dask = options.view_as(DaskOptions)
     if not (dask.address or dask.scheduler_file):
         return
-    timeout = dask.timeout if isinstance(dask.timeout, int) else 30
-    try:
-        client = Client(address=dask.address, scheduler_file=dask.scheduler_file, timeout=timeout)
-    except (OSError, TimeoutError) as exc:
-        where = dask.address or dask.scheduler_file
-        raise UsageBillingError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
+    client = _client(options)
     try:
         client.register_plugin(FileSystemSettings(filesystem_values(options)), name=PLUGIN)
         if not (dask.npartitions or dask.partition_size):

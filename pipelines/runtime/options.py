@@ -16,13 +16,14 @@ line for the command line.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import sys
 from collections.abc import Iterator
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.lake.paths import set_filesystem_options
@@ -51,6 +52,20 @@ def pipeline_options(beam_args: list[str] | None, threads: bool = False) -> Pipe
 
         prepare_workers(options)
     return options
+
+
+Executor = concurrent.futures.Executor
+
+
+def cluster(options: PipelineOptions) -> contextlib.AbstractContextManager[Executor | None]:
+    """Where a step's own Python work runs: an executor on the run's Dask cluster when the run names one
+    (``runtime.dask.cluster_executor``), else None: in this process."""
+    runner = options.view_as(StandardOptions).runner
+    if not _on_dask([f"--runner={runner}"] if runner else []):
+        return contextlib.nullcontext(None)
+    from pipelines.runtime.dask import cluster_executor  # lazy: distributed
+
+    return cluster_executor(options)
 
 
 def _on_dask(flags: list[str]) -> bool:

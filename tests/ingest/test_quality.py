@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 from dataclasses import replace
 from pathlib import Path
@@ -130,8 +131,11 @@ def test_stored_details_are_strict_json():
 
 
 @pytest.mark.slow
-def test_many_dates_are_validated_in_two_processes_with_the_same_outcomes(volume_drop, catalog, monkeypatch):
-    """A backfill's dates are split between worker processes; every outcome equals the one-process run."""
+def test_many_dates_are_validated_in_two_processes_or_on_the_cluster_with_the_same_outcomes(
+    volume_drop, catalog, monkeypatch
+):
+    """A backfill's dates are split between worker processes, or are tasks on the run's cluster; every
+    outcome equals the one-process run."""
     days = [DAY - dt.timedelta(days=7 * k) for k in (3, 2, 1)]
     engine = make_engine(volume_drop.database_url)
 
@@ -151,6 +155,21 @@ def test_many_dates_are_validated_in_two_processes_with_the_same_outcomes(volume
     parallel = quality.check_partitions(engine, volume_drop.lake, catalog, days, "parallel")
     assert spawned and spawned[0][0] == 2
     assert outcomes(parallel) == outcomes(serial) and len(serial) == 3
+
+    # On a cluster (the run's Dask executor; here one of threads, the same interface) each batch is a
+    # task there, and nothing runs in local worker processes.
+    spawned.clear()
+    tasks = []
+
+    class Cluster(concurrent.futures.ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+            tasks.append(args[2])  # the batches of partitions of the task
+            return super().submit(fn, *args, **kwargs)
+
+    with Cluster(2) as pool:
+        remote = quality.check_partitions(engine, volume_drop.lake, catalog, days, "cluster", executor=pool)
+    assert not spawned and sorted(len(batches) for batches in tasks)[:3] == [1, 1, 1]
+    assert outcomes(remote) == outcomes(serial)
 
 
 def test_one_run_over_many_partitions_gives_each_partition_its_own_outcomes(catalog):
