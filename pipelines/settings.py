@@ -168,6 +168,18 @@ def s3_checksums_when_required() -> None:
         os.environ.setdefault(name, value)
 
 
+# Arrow tables that crossed a Dask task boundary can arrive in buffers not aligned to their type (a
+# slice of the message they came in); Acero then warns on stderr once per batch. It copies those
+# buffers instead (an operator's own setting wins); read by Arrow once, at its first group-by.
+ARROW_ALIGNMENT = {"ACERO_ALIGNMENT_HANDLING": "reallocate"}
+
+
+def arrow_realigns() -> None:
+    """Set ``ARROW_ALIGNMENT`` where the environment does not say; before the process's first Acero plan."""
+    for name, value in ARROW_ALIGNMENT.items():
+        os.environ.setdefault(name, value)
+
+
 def s3_environment() -> dict[str, str | None]:
     """The S3 endpoint and region the standard AWS variables name (None where they do not)."""
     env = os.environ

@@ -44,6 +44,7 @@ from schemas.quality import (
 DEFAULT_VOLUME_FACTOR = 3.0
 MIN_HISTORY = 2  # same-weekday partitions needed before volume is judged
 BATCH_ROWS = 1_000_000  # rows of partitions validated in one GX run
+CHUNK_ROWS = 1_000_000  # rows in one frame of the checks of one row at a time (a large partition: many)
 ROW_COLUMNS = tuple(dict.fromkeys(("event_id", *REQUIRED_FIELDS, *TOKEN_FIELDS)))  # what the row checks read
 PROFILE_SOURCE_COLUMNS = ("duration_ms", "status")  # what a profile is computed from
 OUTCOME_ROW_COLUMNS = (
@@ -163,7 +164,11 @@ class Gate:
         self._ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         self._source = self._ctx.data_sources.add_pandas("lake")
         self._definitions: dict[tuple[str, ...], object] = {}
-        self.rows_definition = self._definition(self.suite, self.row_checks)
+        self.local = [c for c in self.row_checks if c.row_local]  # of one row at a time
+        self.whole = [c for c in self.row_checks if not c.row_local]  # of many rows at once
+        for checks in (self.local, self.whole):
+            if checks:
+                self._definition(self.suite, checks)
         self.profile_definition = (
             self._definition(PROFILE_SUITE_NAME, self.profile_checks) if self.profile_checks else None
         )
@@ -193,21 +198,33 @@ class Gate:
         return self.validate_many(table, [Part(day, table.num_rows, history)])[0]
 
     def validate_many(self, table: pa.Table, parts: list[Part]) -> list[PartitionReport]:
-        """Reports of ``parts``, whose rows ``table`` holds one after the other in that order."""
+        """Reports of ``parts``, whose rows ``table`` holds one after the other in that order.
+
+        The checks of one row at a time see at most ``CHUNK_ROWS`` rows per GX run, their unexpected
+        rows added up in order; a check of many rows at once (uniqueness) sees the whole table, only
+        the columns it reads: the memory of a large partition is one column's, not every column's."""
         assert table.num_rows == sum(p.rows for p in parts)
         position = np.repeat(np.arange(len(parts)), [p.rows for p in parts])
-        frame = table.select(self.columns).to_pandas()
-        frame.index = position
         outcomes: dict[str, list[CheckOutcome]] = {}
-        summary = self._run(self.rows_definition, frame, "SUMMARY")
-        flagged = [c for c in self.row_checks if summary[c.name].get("unexpected_count")]
-        for check in self.row_checks:
-            if check not in flagged:
-                outcomes[check.name] = [self._outcome(check, True, "0", []) for _ in parts]
-        if flagged:
-            detail = self._run(self._definition(self.suite + "-detail", flagged), frame, COMPLETE)
-            for check in flagged:
-                outcomes[check.name] = self._row_outcomes(check, detail[check.name], frame, parts)
+        local, whole = self.local, self.whole
+        if local:
+            found: dict[str, tuple[list[int], list]] = {c.name: ([], []) for c in local}
+            for start in range(0, table.num_rows, CHUNK_ROWS) or [0]:
+                rows = slice(start, start + CHUNK_ROWS)
+                frame = self._frame(table.slice(start, CHUNK_ROWS), position[rows], local)
+                for name, result in self._unexpected(local, frame).items():
+                    found[name][0].extend(result.get("unexpected_index_list") or [])
+                    found[name][1].extend(result.get("unexpected_list") or [])
+            for check in local:
+                outcomes[check.name] = self._row_outcomes(check, *found[check.name], None, parts)
+        if whole:
+            frame = self._frame(table, position, whole)
+            unexpected = self._unexpected(whole, frame)
+            for check in whole:
+                result = unexpected.get(check.name, {})
+                where, values = result.get("unexpected_index_list") or [], result.get("unexpected_list") or []
+                outcomes[check.name] = self._row_outcomes(check, where, values, frame, parts)
+            del frame
         if self.profile_checks:
             for name, per in self._profile_outcomes(table, parts).items():
                 outcomes[name] = per
@@ -217,6 +234,22 @@ class Gate:
             report.outcomes = [outcomes[c.name][i] for c in self.checks]
             reports.append(report)
         return reports
+
+    def _frame(self, table: pa.Table, position: np.ndarray, checks: list[Check]):
+        """The columns ``checks`` read as a pandas frame whose index is each row's partition."""
+        frame = table.select(sorted({col for c in checks for col in c.columns})).to_pandas()
+        frame.index = position
+        return frame
+
+    def _unexpected(self, checks: list[Check], frame) -> dict[str, dict]:
+        """The GX result (every unexpected row) of each of ``checks`` that has unexpected rows in
+        ``frame``: one summary run of them all, then a complete run of those it flagged."""
+        summary = self._run(self._definition(self.suite, checks), frame, "SUMMARY")
+        flagged = [c for c in checks if summary[c.name].get("unexpected_count")]
+        if not flagged:
+            return {}
+        detail = self._run(self._definition(self.suite + "-detail", flagged), frame, COMPLETE)
+        return {c.name: detail[c.name] for c in flagged}
 
     def _outcome(
         self, check: Check, success: bool, observed: str, unexpected: list, **more: object
@@ -228,9 +261,13 @@ class Gate:
         }
         return CheckOutcome(check, success, observed[:400], cast(dict, _plain(details | more)))
 
-    def _row_outcomes(self, check: Check, result: dict, frame, parts: list[Part]) -> list[CheckOutcome]:
-        where = np.asarray(result.get("unexpected_index_list") or [], dtype=np.int64)
-        values = list(result.get("unexpected_list") or [])
+    def _row_outcomes(
+        self, check: Check, where_list: list, values: list, frame, parts: list[Part]
+    ) -> list[CheckOutcome]:
+        """Per partition, the outcome of ``check`` from its unexpected rows (their partitions, in row
+        order, and values); a check of many rows (``frame``: the rows it saw) judges a partition with
+        unexpected rows again on that partition alone."""
+        where = np.asarray(where_list, dtype=np.int64)
         counts = np.bincount(where, minlength=len(parts))
         out = []
         for i, part in enumerate(parts):

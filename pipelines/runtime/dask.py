@@ -26,6 +26,7 @@ except ImportError:  # without the dask extra: prepare_workers says so
     Client = None  # type: ignore[assignment,misc]  # stands for the optional class when it is absent
     WorkerPlugin = object  # type: ignore[assignment,misc]  # the same: a base class to subclass
 from pipelines.lake.paths import filesystem_values, set_filesystem_options
+from pipelines.settings import arrow_realigns
 
 PLUGIN = "usage-billing-filesystems"
 # The DaskRunner splits each Create into partitions of 128 elements by default, and every later step
@@ -44,6 +45,7 @@ class FileSystemSettings(WorkerPlugin):
         self.values = values
 
     def setup(self, worker) -> None:
+        arrow_realigns()
         set_filesystem_options(PipelineOptions.from_dictionary(self.values))
 
 
