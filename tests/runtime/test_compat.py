@@ -111,3 +111,34 @@ def test_gx_fingerprints_a_pandas_batch_only_below_the_threshold_we_lower():
     assert "< HASH_THRESHOLD" in source and "hash_pandas_dataframe(df)" in source
     compat.skip_gx_fingerprints()
     assert pandas_execution_engine.HASH_THRESHOLD == 0
+
+
+def test_acero_copies_misaligned_buffers_when_dask_workers_set_their_default(monkeypatch):
+    """A table in buffers that are not aligned to their type (what crossing a Dask task can give):
+    Acero warns on stderr per batch by default, and says nothing with what ``arrow_realigns`` sets,
+    the same sums either way. Acero reads the setting once per process: each case is a fresh one."""
+    import os
+    import subprocess
+    import sys
+
+    from pipelines.settings import ARROW_ALIGNMENT, arrow_realigns
+
+    script = (
+        "import pyarrow as pa\n"
+        "n = 1000\n"
+        "data = pa.py_buffer(bytearray(8 * n + 1))[1:]  # one byte off: not aligned to int64\n"
+        "keys = pa.Array.from_buffers(pa.int64(), n, [None, data])\n"
+        "print(pa.table({'k': keys, 'v': pa.array(range(n))}).group_by('k').aggregate([('v', 'sum')]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ARROW_ALIGNMENT}
+    plain = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    for name in ARROW_ALIGNMENT:  # recorded, so that what arrow_realigns sets is undone after the test
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
+    arrow_realigns()
+    realigned = subprocess.run(
+        [sys.executable, "-c", script], env=dict(os.environ), capture_output=True, text=True
+    )
+    assert plain.returncode == realigned.returncode == 0
+    assert "poorly aligned" in plain.stderr and "poorly aligned" not in realigned.stderr
+    assert plain.stdout == realigned.stdout and "499500" in plain.stdout
