@@ -174,21 +174,10 @@ def _check(
 ):
     batches = _batches(lake_root, sorted(set(dates)), weeks)
     outcome_batches = _outcome_batches(lake_root, dates)
-    rows = sum(part.rows for batch in batches for part, _ in batch)
-    workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(batches)) if rows >= PARALLEL_MIN_ROWS else 1
     if executor is not None:
         reports, outcome_reports = _on_cluster(executor, lake_root, catalog, batches, outcome_batches, factor)
-    elif workers > 1:
-        chunks = [batches[i::workers] for i in range(workers)]
-        context = multiprocessing.get_context("spawn")  # no fork of a process that ran Beam's threads
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=quiet) as pool:
-            parts = pool.map(
-                _validate, [lake_root] * workers, [catalog] * workers, chunks, [factor] * workers
-            )
-            reports = sorted((r for part in parts for r in part), key=lambda r: r.day)
     else:
-        reports = _validate(lake_root, catalog, batches, factor)
-    if executor is None:
+        reports = _locally(lake_root, catalog, batches, factor)
         outcome_reports = _validate(lake_root, catalog, outcome_batches, factor, True)
     reports = _with_outcomes(reports, outcome_reports)
     _store(engine, reports, run_id)
@@ -199,6 +188,22 @@ def _check(
         quality_pages.write_page(lake_root, report)
     quality_pages.write_index(engine, lake_root)
     return reports
+
+
+def _locally(
+    lake_root: str, catalog: Catalog, batches: list[list[tuple[Part, list[str]]]], factor: float
+) -> list[PartitionReport]:
+    """The usage events' batches in this process, or many rows (a backfill, the demo) split between
+    local worker processes; the reports in date order."""
+    rows = sum(part.rows for batch in batches for part, _ in batch)
+    workers = min(PARALLEL_WORKERS, os.cpu_count() or 1, len(batches)) if rows >= PARALLEL_MIN_ROWS else 1
+    if workers == 1:
+        return _validate(lake_root, catalog, batches, factor)
+    chunks = [batches[i::workers] for i in range(workers)]
+    context = multiprocessing.get_context("spawn")  # no fork of a process that ran Beam's threads
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=quiet) as pool:
+        parts = pool.map(_validate, [lake_root] * workers, [catalog] * workers, chunks, [factor] * workers)
+        return sorted((r for part in parts for r in part), key=lambda r: r.day)
 
 
 def _on_cluster(

@@ -206,7 +206,7 @@ class Gate:
         assert table.num_rows == sum(p.rows for p in parts)
         position = np.repeat(np.arange(len(parts)), [p.rows for p in parts])
         outcomes: dict[str, list[CheckOutcome]] = {}
-        local, whole = self.local, self.whole
+        local, whole = self.local, self.whole  # checks of one row at a time, of many rows at once
         if local:
             found: dict[str, tuple[list[int], list]] = {c.name: ([], []) for c in local}
             for start in range(0, table.num_rows, CHUNK_ROWS) or [0]:
