@@ -168,9 +168,9 @@ def s3_checksums_when_required() -> None:
         os.environ.setdefault(name, value)
 
 
-# Arrow tables that crossed a Dask task boundary can arrive in buffers not aligned to their type (a
-# slice of the message they came in); Acero then warns on stderr once per batch. It copies those
-# buffers instead (an operator's own setting wins); read by Arrow once, at its first group-by.
+# On a Dask worker some Arrow tables arrive in buffers not aligned to their type (seen at 10M events;
+# which hand-over leaves them so was not pinned down); Acero then warns on stderr once per batch. It
+# copies those buffers instead (an operator's own setting wins); Arrow reads it once, at its first plan.
 ARROW_ALIGNMENT = {"ACERO_ALIGNMENT_HANDLING": "reallocate"}
 
 
