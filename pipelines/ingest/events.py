@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -143,6 +143,22 @@ class ReadAndValidate(beam.DoFn):
         yield STATS, (unit.landing_date, stats)
 
 
+def _sub_shards(by_sub: dict[int, list[lake.Segment]], remote: bool) -> Iterator[tuple[int, list[pa.Table]]]:
+    """Each sub-shard's spilled parts, in order. On an object store, sub-shards are read together up to
+    ``lake.READ_BATCH_BYTES``: a read unit's sub-shards of one shard follow one another in its spill
+    file, so a batch is one request per read unit, not one per read unit and sub-shard."""
+    budget = lake.READ_BATCH_BYTES if remote else 0  # a local file's sub-shards: one at a time
+
+    def size(sub: int) -> int:
+        return sum(end - first for _, first, end in by_sub[sub])
+
+    for batch in lake.in_batches(sorted(by_sub), size, budget):
+        parts = lake.read_ipc_segments(segment for sub in batch for segment in by_sub[sub])
+        for sub in batch:
+            yield sub, parts[: len(by_sub[sub])]
+            del parts[: len(by_sub[sub])]
+
+
 class DedupAndStage(beam.DoFn):
     """One shard of the run -> shard files (and their id index) staged for commit, counts, conflicts."""
 
@@ -173,8 +189,7 @@ class DedupAndStage(beam.DoFn):
         files: dict[dt.date, lake.ParquetAppender] = {}
         hashes: dict[dt.date, list[np.ndarray]] = {}
         try:
-            for sub in sorted(by_sub):
-                parts = lake.read_ipc_segments(by_sub[sub])
+            for sub, parts in _sub_shards(by_sub, remote=not lake.is_local(self.stage_root)):
                 existing.sub = (sub, subs, self.shards)
                 result = dedup_shard(parts, existing, self.dataset)
                 del parts

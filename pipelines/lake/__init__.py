@@ -52,8 +52,10 @@ from pipelines.lake.paths import (  # noqa: F401
     write_json,
 )
 from pipelines.lake.spill import (  # noqa: F401
+    READ_BATCH_BYTES,
     IpcSegments,
     Segment,
+    in_batches,
     read_ipc_segment,
     read_ipc_segments,
     read_npy,

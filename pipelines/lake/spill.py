@@ -14,9 +14,9 @@ import io
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,8 @@ from pipelines.lake.paths import (
     is_local,
     open_object,
 )
+
+T = TypeVar("T")
 
 # (path, first byte, end byte) of a segment: what write_ipc_segments returns and the readers take.
 Segment = tuple[str, int, int]
@@ -91,16 +93,58 @@ def read_ipc_segment(path: str, first: int, end: int) -> pa.Table:
 
 
 def read_ipc_segments(segments: Iterable[Segment]) -> list[pa.Table]:
-    """Many segments, in order; an object store's are requested eight at a time (each read mostly
-    waits on the server)."""
+    """Many segments, in order. An object store's are read as few ranges as they allow: segments that
+    follow one another in one object are one request (a request costs the server and the client about
+    what reading a megabyte does), eight requests at a time (each mostly waits on the server)."""
     segments = list(segments)
     if len(segments) < 2 or all(is_local(path) for path, _, _ in segments):
         return [read_ipc_segment(*segment) for segment in segments]
+    ranges, range_of = _coalesced(segments)
     with ThreadPoolExecutor(max_workers=8) as pool:
         with _OPENED_LOCK:
-            unopened = {p for p, _, _ in segments if objects.handles(p) and p not in _OPENED}
-        list(pool.map(_opened, unopened))  # each object once, before its segments are read at once
-        return list(pool.map(lambda segment: read_ipc_segment(*segment), segments))
+            unopened = {p for p, _, _ in ranges if objects.handles(p) and p not in _OPENED}
+        list(pool.map(_opened, unopened))  # each object once, before its ranges are read at once
+        data = [pa.py_buffer(read) for read in pool.map(lambda r: _read_range(*r), ranges)]
+    tables = []
+    for path, first, end in segments:
+        i = range_of[(path, first)]
+        tables.append(_stream(data[i].slice(first - ranges[i][1], end - first), path))
+    return tables
+
+
+def _coalesced(segments: list[Segment]) -> tuple[list[Segment], dict[tuple[str, int], int]]:
+    """The byte ranges that cover ``segments`` (each run of segments that follow one another in one
+    object, one's end the next one's first byte, merged into one range) and each segment's range."""
+    ranges: list[list[Any]] = []
+    range_of: dict[tuple[str, int], int] = {}
+    for path, first, end in sorted(set(segments)):
+        if ranges and ranges[-1][0] == path and ranges[-1][2] == first:
+            ranges[-1][2] = end
+        else:
+            ranges.append([path, first, end])
+        range_of[(path, first)] = len(ranges) - 1
+    return [(path, first, end) for path, first, end in ranges], range_of
+
+
+def in_batches(items: Iterable[T], size_of: Callable[[T], int], budget: int) -> Iterator[list[T]]:
+    """``items`` in order, in batches of at most ``budget`` bytes by ``size_of`` (a larger item alone):
+    what a reader holds at once when it reads each batch's segments with ``read_ipc_segments``."""
+    batch: list[T] = []
+    size = 0
+    for item in items:
+        length = size_of(item)
+        if batch and size + length > budget:
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += length
+    if batch:
+        yield batch
+
+
+# Bytes of segments read at once from an object store where a reader can choose (dedup's sub-shards, the
+# meter's join of spilled days): many ranges in flight and few requests, memory still bounded.
+READ_BATCH_BYTES = 64 << 20
 
 
 def _stream(data: pa.Buffer, path: str) -> pa.Table:
@@ -118,7 +162,7 @@ _OPENED_LOCK = threading.Lock()
 _OPENED_MAX = 4096
 
 
-def _read_range(path: str, first: int, end: int) -> pa.Buffer:
+def _read_range(path: str, first: int, end: int) -> bytes | pa.Buffer:
     if is_local(path):
         with pa.OSFile(path) as source:
             return source.read_at(end - first, first)

@@ -8,6 +8,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -138,14 +139,24 @@ def _join_spilled(stage: str, spill: str, dataset: str, schema: pa.Schema, days:
             writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), schema)
             buffer: list[pa.Table] = []
             try:
-                for data, first, end in pieces[day.isoformat()]:
-                    buffer.append(spills.read(data, first, end))
+                for table in _read_pieces(spills, pieces[day.isoformat()]):
+                    buffer.append(table)
                     if sum(t.num_rows for t in buffer) >= ROWS_PER_GROUP:
                         rows += _flush(writer, buffer)
                 rows += _flush(writer, buffer)
             finally:
                 writer.close()
     return rows
+
+
+def _read_pieces(spills: lake.IpcSegments, pieces: list[lake.Segment]) -> Iterator[pa.Table]:
+    """The pieces' rows in order: a local file's mapped, an object store's requested many at a time
+    (each request mostly waits on the server), ``lake.READ_BATCH_BYTES`` held at once."""
+    if all(lake.is_local(path) for path, _, _ in pieces):
+        yield from (spills.read(*piece) for piece in pieces)
+        return
+    for batch in lake.in_batches(pieces, lambda piece: piece[2] - piece[1], lake.READ_BATCH_BYTES):
+        yield from lake.read_ipc_segments(batch)
 
 
 def _flush(writer: lake.ParquetAppender, buffer: list[pa.Table]) -> int:

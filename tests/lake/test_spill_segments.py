@@ -94,3 +94,29 @@ def test_an_object_written_again_longer_is_read_from_its_new_size(s3_folder: str
     assert again[1][1] > first[0][1]
     back = lake.read_ipc_segments([(path, *r) for r in again])
     assert [t.to_pylist() for t in back] == [table.slice(0, 10).to_pylist(), table.slice(10).to_pylist()]
+
+
+def test_segments_that_follow_one_another_are_one_request(s3_folder: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Read in any order, with repeats and a gap: each run of touching segments of an object is one
+    ranged request, and every segment still reads back exactly, in the order asked."""
+    table = _table()
+    a, b = lake.join(s3_folder, "a.arrow"), lake.join(s3_folder, "b.arrow")
+    ra = lake.write_ipc_segments(a, table, SEGMENTS)
+    rb = lake.write_ipc_segments(b, table, SEGMENTS)
+    requests: list[tuple[str, int, int]] = []
+    real = spill._read_range
+    monkeypatch.setattr(spill, "_read_range", lambda *r: requests.append(r) or real(*r))
+    asked = [(b, *rb[3]), (a, *ra[1]), (a, *ra[0]), (b, *rb[0]), (a, *ra[1]), (a, *ra[2])]
+    back = lake.read_ipc_segments(asked)
+    expected = [SEGMENTS[3], SEGMENTS[1], SEGMENTS[0], SEGMENTS[0], SEGMENTS[1], SEGMENTS[2]]
+    assert [t.to_pylist() for t in back] == [table.slice(o, n).to_pylist() for o, n in expected]
+    # a: segments 0, 1, 2 touch (one request); b: 0 and 3 do not (two requests).
+    assert sorted(requests) == sorted([(a, ra[0][0], ra[2][1]), (b, *rb[0]), (b, *rb[3])])
+
+
+def test_batches_hold_at_most_the_budget_and_keep_the_order() -> None:
+    sizes = [5, 3, 9, 1, 1, 20, 2]
+    batches = list(lake.in_batches(range(len(sizes)), lambda i: sizes[i], 10))
+    assert [i for batch in batches for i in batch] == list(range(len(sizes)))
+    assert batches == [[0, 1], [2, 3], [4], [5], [6]]  # an item over the budget goes alone
+    assert list(lake.in_batches([], len, 10)) == []
