@@ -15,6 +15,7 @@ quarantined as ``conflicting_duplicate``.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -22,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines import lake
 from pipelines.ingest.datasets import EVENTS, Dataset
 from pipelines.ingest.hashing import HASH, stable_hash
 from schemas.events import QUARANTINE_SCHEMA, conform, utc_date
@@ -346,3 +348,23 @@ def _conflicts(
 def sorted_hashes(table: pa.Table, dataset: Dataset = EVENTS) -> np.ndarray:
     """The index sidecar of a shard file: its keys' hashes, sorted."""
     return np.sort(stable_hash(dataset.key(table)))
+
+
+def sub_shard_parts(refs: Iterable[tuple], remote: bool) -> Iterator[tuple[int, list[pa.Table]]]:
+    """Each sub-shard's clean rows of one shard, in sub-shard order, from what read-and-validate handed
+    over: (sub, IPC buffer) carried between tasks, or (sub, path, first byte, end byte) of a spill file.
+    On an object store, spilled sub-shards are read together up to ``lake.READ_BATCH_BYTES``: a read
+    unit's sub-shards of one shard follow one another in its spill file, so a batch is one request per
+    read unit, not one per read unit and sub-shard."""
+    by_sub: dict[int, list[tuple]] = {}
+    for sub, *where in refs:
+        by_sub.setdefault(sub, []).append(tuple(where))
+
+    def size(sub: int) -> int:
+        return sum(w[2] - w[1] if len(w) == 3 else w[0].size for w in by_sub[sub])
+
+    budget = lake.READ_BATCH_BYTES if remote else 0  # a local file's sub-shards: one at a time
+    for batch in lake.in_batches(sorted(by_sub), size, budget):
+        spilled = iter(lake.read_ipc_segments(w for sub in batch for w in by_sub[sub] if len(w) == 3))
+        for sub in batch:
+            yield sub, [next(spilled) if len(w) == 3 else lake.read_ipc_buffer(w[0]) for w in by_sub[sub]]

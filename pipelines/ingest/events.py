@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import apache_beam as beam
 import numpy as np
@@ -34,7 +34,7 @@ from pipelines.ingest.commit import (
     recover_runs,
 )
 from pipelines.ingest.datasets import DATASETS, EVENTS, OUTCOMES, Dataset
-from pipelines.ingest.dedup import dedup_shard
+from pipelines.ingest.dedup import dedup_shard, sub_shard_parts
 from pipelines.ingest.hashing import sub_shard_segments, with_hash
 from pipelines.ingest.options import IngestFlags, IngestOptions
 from pipelines.ingest.outputs import ConcatQuarantine, StageQuarantine, StageStats
@@ -68,6 +68,7 @@ from pipelines.runtime.options import (
     CLEAN,
     QUARANTINE,
     STATS,
+    on_dask,
     run_pipeline,
     split,
 )
@@ -86,8 +87,10 @@ log = logging.getLogger(__name__)
 
 
 # Rows of one sub-shard inside a spill file, (sub, path, first byte, end byte): what travels through the
-# shuffle instead of the rows. A plain tuple, so every runner's coder carries it unchanged.
+# shuffle instead of the rows, a plain tuple every runner's coder carries unchanged. On Dask the rows
+# travel themselves as (sub, IPC stream buffer): Dask moves buffers between workers as they are.
 SpillRef = tuple[int, str, int, int]
+CarriedRef = tuple[int, pa.Buffer]
 
 
 class ReadAndValidate(beam.DoFn):
@@ -97,12 +100,19 @@ class ReadAndValidate(beam.DoFn):
     """
 
     def __init__(
-        self, rules: Rules, shards: int, subs: int, stage_root: str, dataset: Dataset = EVENTS
+        self,
+        rules: Rules,
+        shards: int,
+        subs: int,
+        stage_root: str,
+        dataset: Dataset = EVENTS,
+        carry: bool = False,
     ) -> None:
         self.rules = rules
         self.shards, self.subs = shards, subs
         self.spill_root = lake.join(stage_root, "_spill")
         self.dataset = dataset
+        self.carry = carry  # the segments travel as in-memory IPC buffers (``CarriedRef``), not spilled
 
     def process(self, unit: ReadUnit):
         landing = dt.date.fromisoformat(unit.landing_date)
@@ -135,28 +145,16 @@ class ReadAndValidate(beam.DoFn):
             if quarantine.num_rows:
                 yield QUARANTINE, (unit.landing_date, quarantine)
             table, segments = sub_shard_segments(with_hash(clean, ds), self.shards, self.subs)
-            if segments:
+            if segments and self.carry:
+                buffers = lake.ipc_segments(table, [(o, n) for _, _, o, n in segments])
+                for (shard, sub, _, _), buffer in zip(segments, buffers, strict=True):
+                    yield CLEAN, (shard, (sub, buffer))
+            elif segments:
                 path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
                 ranges = lake.write_ipc_segments(path, table, [(o, n) for _, _, o, n in segments])
                 for (shard, sub, _, _), (first, end) in zip(segments, ranges, strict=True):
                     yield CLEAN, (shard, (sub, path, first, end))
         yield STATS, (unit.landing_date, stats)
-
-
-def _sub_shards(by_sub: dict[int, list[lake.Segment]], remote: bool) -> Iterator[tuple[int, list[pa.Table]]]:
-    """Each sub-shard's spilled parts, in order. On an object store, sub-shards are read together up to
-    ``lake.READ_BATCH_BYTES``: a read unit's sub-shards of one shard follow one another in its spill
-    file, so a batch is one request per read unit, not one per read unit and sub-shard."""
-    budget = lake.READ_BATCH_BYTES if remote else 0  # a local file's sub-shards: one at a time
-
-    def size(sub: int) -> int:
-        return sum(end - first for _, first, end in by_sub[sub])
-
-    for batch in lake.in_batches(sorted(by_sub), size, budget):
-        parts = lake.read_ipc_segments(segment for sub in batch for segment in by_sub[sub])
-        for sub in batch:
-            yield sub, parts[: len(by_sub[sub])]
-            del parts[: len(by_sub[sub])]
 
 
 class DedupAndStage(beam.DoFn):
@@ -181,15 +179,12 @@ class DedupAndStage(beam.DoFn):
         """Deduplicate the shard one sub-shard at a time, appending each piece's new rows to the
         shard file of their event date (after the rows that file already held)."""
         shard, refs = element
-        by_sub: dict[int, list[tuple[str, int, int]]] = {}
-        for sub, path, first, end in refs:
-            by_sub.setdefault(sub, []).append((path, first, end))
         subs = self.subs
         existing = LakeShard(self.lake_root, shard, self.window, self.dataset)
         files: dict[dt.date, lake.ParquetAppender] = {}
         hashes: dict[dt.date, list[np.ndarray]] = {}
         try:
-            for sub, parts in _sub_shards(by_sub, remote=not lake.is_local(self.stage_root)):
+            for sub, parts in sub_shard_parts(refs, remote=not lake.is_local(self.stage_root)):
                 existing.sub = (sub, subs, self.shards)
                 result = dedup_shard(parts, existing, self.dataset)
                 del parts
@@ -243,16 +238,20 @@ class IngestEvents(beam.PTransform):
         window: list[dt.date],
         subs: int = 1,
         dataset: Dataset = EVENTS,
+        carry: bool = False,
     ) -> None:
+        """``carry``: the clean rows travel between the two stages themselves (on Dask), not spilled."""
         super().__init__()
         self.rules, self.shards, self.lake_root, self.stage_root = rules, shards, lake_root, stage_root
-        self.window, self.subs, self.dataset = window, subs, dataset
+        self.window, self.subs, self.dataset, self.carry = window, subs, dataset, carry
 
     def expand(self, units):
         read = split(
             units
             | "ReadAndValidate"
-            >> beam.ParDo(ReadAndValidate(self.rules, self.shards, self.subs, self.stage_root, self.dataset)),
+            >> beam.ParDo(
+                ReadAndValidate(self.rules, self.shards, self.subs, self.stage_root, self.dataset, self.carry)
+            ),
             "Read",
             (CLEAN, QUARANTINE, STATS),
         )
@@ -356,12 +355,14 @@ def _ingest(context: RunContext, opts: IngestOptions, dates: list[dt.date], kept
                 continue
             name = ds.label.capitalize()
             subs = sub_shards(by_dataset[ds.name], shards)
-            with run_pipeline(context.beam_options(threads=True)) as p:
+            beam_options = context.beam_options(threads=True)
+            window = dedup_window(dates, rules)
+            with run_pipeline(beam_options) as p:
                 ingested = (
                     p
                     | f"Read{name}Units" >> beam.Create(by_dataset[ds.name])
                     | f"Ingest{name}"
-                    >> IngestEvents(rules, shards, root, stage, dedup_window(dates, rules), subs, ds)
+                    >> IngestEvents(rules, shards, root, stage, window, subs, ds, carry=on_dask(beam_options))
                 )
                 quarantine = ingested["quarantine"]
                 _ = quarantine | f"Stage{name}Quarantine" >> beam.ParDo(StageQuarantine(stage, ds))

@@ -56,6 +56,8 @@ from pipelines.lake.spill import (  # noqa: F401
     IpcSegments,
     Segment,
     in_batches,
+    ipc_segments,
+    read_ipc_buffer,
     read_ipc_segment,
     read_ipc_segments,
     read_npy,

@@ -53,6 +53,21 @@ def write_ipc_segments(path: str, table: pa.Table, segments: list[tuple[int, int
     return ranges
 
 
+def ipc_segments(table: pa.Table, segments: list[tuple[int, int]]) -> list[pa.Buffer]:
+    """Each (offset, length) segment of ``table`` as the Arrow IPC stream ``write_ipc_segments`` would
+    write, in memory: slices of one buffer, for a runner that carries them between its tasks."""
+    sink = pa.BufferOutputStream()
+    ranges: list[tuple[int, int]] = []
+    _write_segments(sink, table, segments, ranges)
+    data = sink.getvalue()
+    return [data.slice(first, end - first) for first, end in ranges]
+
+
+def read_ipc_buffer(data: pa.Buffer) -> pa.Table:
+    """A segment that ``ipc_segments`` made."""
+    return _stream(data, "an in-memory spill segment")
+
+
 def _write_segments(sink: Any, table: pa.Table, segments: list[tuple[int, int]], ranges: list) -> None:
     for offset, length in segments:
         part = _own_dictionaries(table.slice(offset, length))

@@ -60,12 +60,17 @@ Executor = concurrent.futures.Executor
 def cluster(options: PipelineOptions) -> contextlib.AbstractContextManager[Executor | None]:
     """Where a step's own Python work runs: an executor on the run's Dask cluster when the run names one
     (``runtime.dask.cluster_executor``), else None: in this process."""
-    runner = options.view_as(StandardOptions).runner
-    if not _on_dask([f"--runner={runner}"] if runner else []):
+    if not on_dask(options):
         return contextlib.nullcontext(None)
     from pipelines.runtime.dask import cluster_executor  # lazy: distributed
 
     return cluster_executor(options)
+
+
+def on_dask(options: PipelineOptions) -> bool:
+    """Whether ``options`` run pipelines on Beam's DaskRunner."""
+    runner = options.view_as(StandardOptions).runner
+    return _on_dask([f"--runner={runner}"] if runner else [])
 
 
 def _on_dask(flags: list[str]) -> bool:

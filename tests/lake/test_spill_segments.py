@@ -120,3 +120,20 @@ def test_batches_hold_at_most_the_budget_and_keep_the_order() -> None:
     assert [i for batch in batches for i in batch] == list(range(len(sizes)))
     assert batches == [[0, 1], [2, 3], [4], [5], [6]]  # an item over the budget goes alone
     assert list(lake.in_batches([], len, 10)) == []
+
+
+def test_segments_carried_in_memory_are_the_bytes_a_spill_file_holds(tmp_path: Path) -> None:
+    """On Dask the segments travel between tasks as buffers instead of through a spill file: the same
+    IPC streams, read back alone, and each picklable on its own (Dask moves them between workers)."""
+    import pickle
+
+    table = _table()
+    path = str(tmp_path / "unit.arrow")
+    ranges = lake.write_ipc_segments(path, table, SEGMENTS)
+    buffers = lake.ipc_segments(table, SEGMENTS)
+    on_disk = Path(path).read_bytes()
+    assert [b.to_pybytes() for b in buffers] == [on_disk[first:end] for first, end in ranges]
+    moved = [pickle.loads(pickle.dumps(b, protocol=5)) for b in buffers]
+    assert [len(pickle.dumps(b, protocol=5)) < len(on_disk) // 2 for b in buffers[:2]] == [True, True]
+    back = [lake.read_ipc_buffer(b).to_pylist() for b in moved]
+    assert back == [table.slice(o, n).to_pylist() for o, n in SEGMENTS]
