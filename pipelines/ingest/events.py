@@ -238,19 +238,18 @@ class IngestEvents(beam.PTransform):
         window: list[dt.date],
         subs: int = 1,
         dataset: Dataset = EVENTS,
-        carry: bool = False,
     ) -> None:
-        """``carry``: the clean rows travel between the two stages themselves (on Dask), not spilled."""
         super().__init__()
         self.rules, self.shards, self.lake_root, self.stage_root = rules, shards, lake_root, stage_root
-        self.window, self.subs, self.dataset, self.carry = window, subs, dataset, carry
+        self.window, self.subs, self.dataset = window, subs, dataset
 
     def expand(self, units):
+        carry = on_dask(units.pipeline.options)  # the clean rows travel themselves, not spilled
         read = split(
             units
             | "ReadAndValidate"
             >> beam.ParDo(
-                ReadAndValidate(self.rules, self.shards, self.subs, self.stage_root, self.dataset, self.carry)
+                ReadAndValidate(self.rules, self.shards, self.subs, self.stage_root, self.dataset, carry)
             ),
             "Read",
             (CLEAN, QUARANTINE, STATS),
@@ -355,14 +354,12 @@ def _ingest(context: RunContext, opts: IngestOptions, dates: list[dt.date], kept
                 continue
             name = ds.label.capitalize()
             subs = sub_shards(by_dataset[ds.name], shards)
-            beam_options = context.beam_options(threads=True)
-            window = dedup_window(dates, rules)
-            with run_pipeline(beam_options) as p:
+            with run_pipeline(context.beam_options(threads=True)) as p:
                 ingested = (
                     p
                     | f"Read{name}Units" >> beam.Create(by_dataset[ds.name])
                     | f"Ingest{name}"
-                    >> IngestEvents(rules, shards, root, stage, window, subs, ds, carry=on_dask(beam_options))
+                    >> IngestEvents(rules, shards, root, stage, dedup_window(dates, rules), subs, ds)
                 )
                 quarantine = ingested["quarantine"]
                 _ = quarantine | f"Stage{name}Quarantine" >> beam.ParDo(StageQuarantine(stage, ds))
