@@ -90,7 +90,6 @@ log = logging.getLogger(__name__)
 # shuffle instead of the rows, a plain tuple every runner's coder carries unchanged. On Dask the rows
 # travel themselves as (sub, IPC stream buffer): Dask moves buffers between workers as they are.
 SpillRef = tuple[int, str, int, int]
-CarriedRef = tuple[int, pa.Buffer]
 
 
 class ReadAndValidate(beam.DoFn):
@@ -112,7 +111,7 @@ class ReadAndValidate(beam.DoFn):
         self.shards, self.subs = shards, subs
         self.spill_root = lake.join(stage_root, "_spill")
         self.dataset = dataset
-        self.carry = carry  # the segments travel as in-memory IPC buffers (``CarriedRef``), not spilled
+        self.carry = carry  # the segments travel as in-memory IPC buffers, not spilled
 
     def process(self, unit: ReadUnit):
         landing = dt.date.fromisoformat(unit.landing_date)
@@ -145,13 +144,14 @@ class ReadAndValidate(beam.DoFn):
             if quarantine.num_rows:
                 yield QUARANTINE, (unit.landing_date, quarantine)
             table, segments = sub_shard_segments(with_hash(clean, ds), self.shards, self.subs)
-            if segments and self.carry:
-                buffers = lake.ipc_segments(table, [(o, n) for _, _, o, n in segments])
+            rows = [(o, n) for _, _, o, n in segments]
+            if rows and self.carry:
+                buffers = lake.ipc_segments(table, rows)
                 for (shard, sub, _, _), buffer in zip(segments, buffers, strict=True):
                     yield CLEAN, (shard, (sub, buffer))
-            elif segments:
+            elif rows:
                 path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
-                ranges = lake.write_ipc_segments(path, table, [(o, n) for _, _, o, n in segments])
+                ranges = lake.write_ipc_segments(path, table, rows)
                 for (shard, sub, _, _), (first, end) in zip(segments, ranges, strict=True):
                     yield CLEAN, (shard, (sub, path, first, end))
         yield STATS, (unit.landing_date, stats)
