@@ -128,7 +128,12 @@ def task_requests(outcomes: pa.Table, requests: pa.Table) -> pa.Table:
 
 
 def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """(each row's index into the sorted distinct values, those values)."""
+    """(each row's index into the sorted distinct values, those values); a dictionary column's rows
+    through its dictionary, without a string per row."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_dictionary(col.type) and not col.null_count:
+        codes, values = _codes(col.dictionary)
+        return codes[col.indices.to_numpy(zero_copy_only=False)], values
     arr = _plain(col).cast(pa.string())
     values = sorted(v for v in pc.unique(arr).to_pylist() if v is not None)
     return pc.index_in(arr, value_set=pa.array(values, pa.string())).to_numpy(zero_copy_only=False), values
@@ -149,7 +154,11 @@ def request_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
     low = int(days.min())
     span = int(days.max()) - low + 1
     code = (models.astype(np.int64) * len(tier_names) + tiers) * span + (days - low)
-    distinct, inverse = np.unique(code, return_inverse=True)
+    # few distinct codes (models x tiers x days) in a small range: a count and a gather, not a sort
+    distinct = np.flatnonzero(np.bincount(code))
+    inverse = np.zeros(int(distinct[-1]) + 1, np.int64)
+    inverse[distinct] = np.arange(len(distinct))
+    inverse = inverse[code]
     kinds = tokens.ids()
     per_kind: dict[str, list[Decimal]] = {k: [] for k in kinds}
     for c in distinct.tolist():
@@ -175,16 +184,32 @@ def request_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
     return pc.cast(total, COST)
 
 
+COST_SLICE = 1 << 20  # requests priced at once: the decimal arrays of a slice, not of the week
+
+
+def task_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
+    """Per task with requests, in task order (``_task`` ascending): its requests' ``request_costs``
+    summed, exact; priced a slice of requests at a time."""
+    parts = []
+    for start in range(0, joined.num_rows, COST_SLICE):
+        part = joined.slice(start, COST_SLICE)
+        priced = pa.table({"_task": part["_task"], "cost": request_costs(part, catalog)})
+        parts.append(priced.group_by("_task").aggregate([("cost", "sum")]).rename_columns(["_task", "cost"]))
+    summed = pa.concat_tables(parts).group_by("_task").aggregate([("cost", "sum")]).sort_by("_task")
+    return summed["cost_sum"].combine_chunks().cast(COST)
+
+
 def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
     """One row per outcome with at least one request (``TASK_SCHEMA``): its attribution and figures."""
     if joined.num_rows == 0:
         return TASK_SCHEMA.empty_table()
+    costs = task_costs(joined, catalog)  # first: its slices' arrays are gone before the rest are made
     task = joined["_task"].to_numpy()
     models, model_names = _codes(joined["model"])
-    seen = pc.unique(_plain(joined["speed_tier"])).to_pylist()
+    tier_codes, seen = _codes(joined["speed_tier"])
     # slowest first; a tier the catalog no longer lists (events from before it was removed) after them
-    tiers = (*catalog.tier_ids, *sorted(t for t in seen if t is not None and t not in catalog.tier_ids))
-    rank = pc.index_in(_plain(joined["speed_tier"]), value_set=pa.array(tiers)).to_numpy(zero_copy_only=False)
+    tiers = (*catalog.tier_ids, *sorted(t for t in seen if t not in catalog.tier_ids))
+    rank = np.array([tiers.index(t) for t in seen], np.int64)[tier_codes]
     pairs_per_task = len(model_names) * len(tiers)
     pair = models.astype(np.int64) * len(tiers) + rank  # sorted model ids, then slower tiers first
     distinct, inverse = np.unique(task * pairs_per_task + pair, return_inverse=True)
@@ -194,17 +219,14 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
     order = np.lexsort((pair_code, -output, pair_task))
     first = order[_first_per_run(pair_task[order])]
     ids = pair_task[first]
-    mixed = np.bincount(np.searchsorted(ids, pair_task), minlength=len(ids)) > 1
+    # each outcome row's place among the tasks with requests (-1: none): a gather, not a search
+    place = np.full(outcomes.num_rows, -1, np.int64)
+    place[ids] = np.arange(len(ids))
+    mixed = np.bincount(place[pair_task], minlength=len(ids)) > 1
     chosen = pair_code[first]
-    slot = np.searchsorted(ids, task)
+    slot = place[task]
     duration = pc.fill_null(joined["duration_ms"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
     model_ms = _sum_by(slot, duration, len(ids))
-    costs = (
-        pa.table({"_slot": pa.array(slot), "cost": request_costs(joined, catalog)})
-        .group_by("_slot")
-        .aggregate([("cost", "sum")])
-        .sort_by("_slot")
-    )
     out = outcomes.take(pa.array(ids))
     outcome = _plain(out["outcome"])
     rework = out["rework"].combine_chunks() if isinstance(out["rework"], pa.ChunkedArray) else out["rework"]
@@ -227,23 +249,18 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
             pa.array(span_us),
             pa.array(model_ms),
             out["rework_ms"].cast(pa.int64()),
-            costs["cost_sum"].cast(COST),
+            costs,
         ],
         schema=TASK_SCHEMA,
     )
 
 
 def _sum_by(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Exact int64 sums of ``values`` per group index (0 .. groups - 1): a stable sort and a cumulative
-    sum, no float (np.bincount's weights are float64)."""
-    order = np.argsort(group, kind="stable")
-    ordered = group[order]
-    total = np.concatenate(([0], np.cumsum(values[order].astype(np.int64))))
-    index = np.arange(groups)
-    return (
-        total[np.searchsorted(ordered, index, side="right")]
-        - total[np.searchsorted(ordered, index, side="left")]
-    )
+    """Exact int64 sums of ``values`` per group index (0 .. groups - 1): no float (np.bincount's
+    weights are float64)."""
+    total = np.zeros(groups, np.int64)
+    np.add.at(total, group, values.astype(np.int64, copy=False))
+    return total
 
 
 def _first_per_run(keys: np.ndarray) -> np.ndarray:

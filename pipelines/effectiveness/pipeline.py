@@ -125,9 +125,8 @@ def requests_for(lake_root: str, outcomes: pa.Table, held: Held = frozenset()) -
     dates = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
     ids = pc.unique(outcomes["task_id"].combine_chunks())
     where = pc.field("task_id").isin(ids)
-    return lake.scan(
-        partition_files(lake_root, lake.EVENTS, dates, held), list(eff.REQUEST_COLUMNS), where, LAKE_SCHEMA
-    )
+    files = partition_files(lake_root, lake.EVENTS, dates, held)
+    return lake.scan(files, list(eff.REQUEST_COLUMNS), where, LAKE_SCHEMA, ["model", "speed_tier"])
 
 
 def compute_week(

@@ -136,19 +136,29 @@ def dataset_files(lake: str, dataset: str) -> list[str]:
     return [f for day in partition_dates(lake, dataset) for f in list_files(partition(lake, dataset, day))]
 
 
-def scan(paths: list[str], columns: list[str], where: pc.Expression, schema: pa.Schema) -> pa.Table:
+def scan(
+    paths: list[str],
+    columns: list[str],
+    where: pc.Expression,
+    schema: pa.Schema,
+    read_dictionary: list[str] | None = None,
+) -> pa.Table:
     """``columns`` of the rows of Parquet files ``paths`` that pass ``where``, with Arrow's pushdown
     (row groups whose statistics rule it out are not read). Local files are one Arrow dataset; remote
     ones are read through Beam's FileSystems, each opened seekable, so a lake on any scheme Beam
-    knows works, not only those Arrow knows. ``schema`` types the result when there is no file."""
+    knows works, not only those Arrow knows. ``schema`` types the result when there is no file;
+    ``read_dictionary``: text columns of few values to read as dictionary arrays (no string per row)."""
     if not paths:
         return pa.schema([schema.field(c) for c in columns]).empty_table()
+    parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=read_dictionary))
     if all(is_local(p) for p in paths):
-        dataset = ds.dataset(paths, format="parquet")
+        dataset = ds.dataset(paths, format=parquet)
         if not set(columns) <= set(dataset.schema.names):  # a column some older files lack
-            dataset = ds.dataset(paths, format="parquet", schema=_widened(dataset.schema, columns, schema))
-        return with_zero_tokens(dataset.to_table(columns=columns, filter=where))
-    parquet = ds.ParquetFileFormat()
+            dataset = ds.dataset(paths, format=parquet, schema=_widened(dataset.schema, columns, schema))
+        # a few batches read ahead, not Arrow's default 16 per file for 4 files at once: a scan that
+        # keeps few of its rows then holds little more than what it keeps
+        scanned = dataset.to_table(columns=columns, filter=where, batch_readahead=4, fragment_readahead=1)
+        return with_zero_tokens(scanned)
     tables = []
     for path in paths:
         with open_object(path) as handle:
