@@ -22,6 +22,7 @@ from pipelines.lake.parquet import (  # noqa: F401
     dataset_files,
     open_parquet,
     read_parquet,
+    read_parquet_files,
     read_unit,
     row_group_units,
     row_groups,

@@ -106,6 +106,12 @@ def open_input(path: str) -> pa.NativeFile:
     return filesystem().open_input_file(_key(path))
 
 
+def read_whole(path: str) -> pa.Buffer:
+    """The whole object in one GET (no HEAD first, as a seekable reader would ask)."""
+    with filesystem().open_input_stream(_key(path)) as stream:
+        return stream.read_buffer()
+
+
 def copy(sources: list[str], destinations: list[str]) -> None:
     """Server-side copies, one CopyObject request each (up to 5 GB an object), eight at a time.
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from pipelines.lake import objects
 from pipelines.lake.paths import (
     ARROW_SCHEMA_KEY,
     create_object,
@@ -129,6 +131,17 @@ def open_parquet(path: str, **options: object) -> pq.ParquetFile:
 
 def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
     return open_parquet(path).read(columns=columns)
+
+
+def read_parquet_files(paths: list[str]) -> list[pa.Table]:
+    """Many small files whole, in order: on S3 each in one request (no size asked first, no ranged reads
+    of footer and pages), eight at a time: what a driver reads back of many tasks' staged files."""
+    remote = [p for p in paths if objects.handles(p)]
+    if len(remote) < 2:
+        return [read_parquet(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        data = dict(zip(remote, pool.map(objects.read_whole, remote), strict=True))
+    return [pq.read_table(pa.BufferReader(data[p])) if p in data else read_parquet(p) for p in paths]
 
 
 def dataset_files(lake: str, dataset: str) -> list[str]:

@@ -294,8 +294,7 @@ def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, k
 
 
 def _staged(stage: str, name: str) -> pa.Table | None:
-    files = lake.list_files(lake.join(stage, name))
-    tables = [lake.read_parquet(f) for f in files]
+    tables = lake.read_parquet_files(lake.list_files(lake.join(stage, name)))
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
 
