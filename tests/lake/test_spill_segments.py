@@ -1,5 +1,6 @@
 """Spill segments between Beam stages (``lake.write_ipc_segments``): each segment reads back alone,
-exactly, from its byte range, on a local disk and on an object store (rclone's S3 server); each carries
+exactly, from its byte range, on a local disk and on an object store (rclone's S3 server), and held in
+memory as the same bytes (``lake.ipc_segments``, what a Dask run carries between tasks); each carries
 only the dictionary values its rows use; a range that is not a segment is a one-line error."""
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ def test_each_segment_reads_back_alone_and_exactly(folder: str) -> None:
     assert [t.to_pylist() for t in together] == [table.slice(o, n).to_pylist() for o, n in SEGMENTS] * 3
     with lake.IpcSegments() as segments:
         assert segments.read(path, *ranges[1]).to_pylist() == table.slice(10, 990).to_pylist()
+
+
+def test_in_memory_segments_are_the_bytes_a_spill_file_holds(tmp_path: Path) -> None:
+    table = _table()
+    path = str(tmp_path / "unit.arrow")
+    ranges = lake.write_ipc_segments(path, table, SEGMENTS)
+    held = Path(path).read_bytes()
+    buffers = lake.ipc_segments(table, SEGMENTS)
+    assert [b.to_pybytes() for b in buffers] == [held[first:end] for first, end in ranges]
+    assert [lake.read_ipc_buffer(b).to_pylist() for b in buffers] == [
+        table.slice(o, n).to_pylist() for o, n in SEGMENTS
+    ]
+    assert lake.ipc_segments(table, []) == []
 
 
 def test_a_segment_carries_only_the_dictionary_values_it_uses(tmp_path: Path) -> None:
