@@ -259,9 +259,11 @@ def _ranks(column: pa.ChunkedArray) -> np.ndarray | None:
     if values.null_count:
         return None
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-        distinct = pc.unique(values)
-        distinct = distinct.take(pc.sort_indices(distinct))
-        return pc.index_in(values, value_set=distinct).to_numpy().astype(np.int64)
+        # one hash of the rows (their distinct values and each row's), then a sort of the distinct
+        encoded = pc.dictionary_encode(values)
+        rank = np.empty(len(encoded.dictionary), np.int64)
+        rank[pc.sort_indices(encoded.dictionary).to_numpy()] = np.arange(len(encoded.dictionary))
+        return rank[encoded.indices.to_numpy()]
     if pa.types.is_date32(values.type):
         return values.cast(pa.int32()).to_numpy().astype(np.int64)
     if pa.types.is_integer(values.type) or pa.types.is_timestamp(values.type):
