@@ -101,6 +101,11 @@ def _key(path: str) -> str:
     return path[len("s3://") :]
 
 
+def key(path: str) -> str:
+    """An ``s3://bucket/key`` path as Arrow's S3 file system names it (``bucket/key``)."""
+    return _key(path)
+
+
 def open_input(path: str) -> pa.NativeFile:
     """A seekable reader of the object (ranged requests for what is read)."""
     return filesystem().open_input_file(_key(path))

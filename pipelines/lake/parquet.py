@@ -157,17 +157,23 @@ def scan(
     read_dictionary: list[str] | None = None,
 ) -> pa.Table:
     """``columns`` of the rows of Parquet files ``paths`` that pass ``where``, with Arrow's pushdown
-    (row groups whose statistics rule it out are not read). Local files are one Arrow dataset; remote
-    ones are read through Beam's FileSystems, each opened seekable, so a lake on any scheme Beam
-    knows works, not only those Arrow knows. ``schema`` types the result when there is no file;
+    (row groups whose statistics rule it out are not read). Local files, or S3 objects, are one Arrow
+    dataset; others are read through Beam's FileSystems, each opened seekable, so a lake on any scheme
+    Beam knows works, not only those Arrow knows. ``schema`` types the result when there is no file;
     ``read_dictionary``: text columns of few values to read as dictionary arrays (no string per row)."""
     if not paths:
         return pa.schema([schema.field(c) for c in columns]).empty_table()
     parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=read_dictionary))
-    if all(is_local(p) for p in paths):
-        dataset = ds.dataset(paths, format=parquet)
+    local = all(is_local(p) for p in paths)
+    if local or all(objects.handles(p) for p in paths):
+        # One Arrow dataset, on S3 through Arrow's own client: it reads the column chunks it needs in
+        # few coalesced ranges, several at once (a file at a time through a seekable handle cost
+        # 2.7x the CPU for the same rows).
+        names, s3 = (paths, None) if local else ([objects.key(p) for p in paths], objects.filesystem())
+        dataset = ds.dataset(names, format=parquet, filesystem=s3)
         if not set(columns) <= set(dataset.schema.names):  # a column some older files lack
-            dataset = ds.dataset(paths, format=parquet, schema=_widened(dataset.schema, columns, schema))
+            widened = _widened(dataset.schema, columns, schema)
+            dataset = ds.dataset(names, format=parquet, filesystem=s3, schema=widened)
         # a few batches read ahead, not Arrow's default 16 per file for 4 files at once: a scan that
         # keeps few of its rows then holds little more than what it keeps
         scanned = dataset.to_table(columns=columns, filter=where, batch_readahead=4, fragment_readahead=1)
