@@ -65,12 +65,12 @@ def filesystem() -> pafs.S3FileSystem:
     if last and last[0][0] is options:
         return last[0][1]
     given = _settings()
-    key = tuple(sorted((k, str(v)) for k, v in given.items()))
+    settings = tuple(sorted((k, str(v)) for k, v in given.items()))
     with _LOCK:
-        found = _FILESYSTEMS.get(key)
+        found = _FILESYSTEMS.get(settings)
         if found is None:
             s3_checksums_when_required()  # the C++ SDK reads them as botocore does
-            found = _FILESYSTEMS[key] = pafs.S3FileSystem(**_arrow_arguments(given))
+            found = _FILESYSTEMS[settings] = pafs.S3FileSystem(**_arrow_arguments(given))
         _LAST[:] = [(options, found)]
     return found
 
@@ -97,23 +97,19 @@ def _arrow_arguments(given: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-def _key(path: str) -> str:
-    return path[len("s3://") :]
-
-
 def key(path: str) -> str:
     """An ``s3://bucket/key`` path as Arrow's S3 file system names it (``bucket/key``)."""
-    return _key(path)
+    return path[len("s3://") :]
 
 
 def open_input(path: str) -> pa.NativeFile:
     """A seekable reader of the object (ranged requests for what is read)."""
-    return filesystem().open_input_file(_key(path))
+    return filesystem().open_input_file(key(path))
 
 
 def read_whole(path: str) -> pa.Buffer:
     """The whole object in one GET (no HEAD first, as a seekable reader would ask)."""
-    with filesystem().open_input_stream(_key(path)) as stream:
+    with filesystem().open_input_stream(key(path)) as stream:
         return stream.read_buffer()
 
 
@@ -126,7 +122,7 @@ def copy(sources: list[str], destinations: list[str]) -> None:
     fs = filesystem()
     with ThreadPoolExecutor(max_workers=8) as pool:
         pairs = zip(sources, destinations, strict=True)
-        list(pool.map(lambda pair: fs.copy_file(_key(pair[0]), _key(pair[1])), pairs))
+        list(pool.map(lambda pair: fs.copy_file(key(pair[0]), key(pair[1])), pairs))
 
 
 PUT_MAX = 64 << 20  # bytes an object may have to be uploaded in one request; beyond, a multipart upload
@@ -172,9 +168,9 @@ class ObjectWriter(io.RawIOBase):
             if self._stream is not None:
                 self._stream.close()
             elif self._held is not None:
-                bucket, _, key = _key(self.path).partition("/")
+                bucket, _, name = key(self.path).partition("/")
                 client = compat.shared_s3_client(compat.filesystem_options())
-                client.put_object(Bucket=bucket, Key=key, Body=self._held.getvalue())
+                client.put_object(Bucket=bucket, Key=name, Body=self._held.getvalue())
         finally:
             self._held = None
             super().close()

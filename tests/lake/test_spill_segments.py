@@ -56,19 +56,6 @@ def test_each_segment_reads_back_alone_and_exactly(folder: str) -> None:
         assert segments.read(path, *ranges[1]).to_pylist() == table.slice(10, 990).to_pylist()
 
 
-def test_in_memory_segments_are_the_bytes_a_spill_file_holds(tmp_path: Path) -> None:
-    table = _table()
-    path = str(tmp_path / "unit.arrow")
-    ranges = lake.write_ipc_segments(path, table, SEGMENTS)
-    held = Path(path).read_bytes()
-    buffers = lake.ipc_segments(table, SEGMENTS)
-    assert [b.to_pybytes() for b in buffers] == [held[first:end] for first, end in ranges]
-    assert [lake.read_ipc_buffer(b).to_pylist() for b in buffers] == [
-        table.slice(o, n).to_pylist() for o, n in SEGMENTS
-    ]
-    assert lake.ipc_segments(table, []) == []
-
-
 def test_a_segment_carries_only_the_dictionary_values_it_uses(tmp_path: Path) -> None:
     table = _table(20_000)  # 997 accounts in the dictionary
     ranges = lake.write_ipc_segments(str(tmp_path / "unit.arrow"), table, [(0, 5), (5, 19_995)])
@@ -151,3 +138,4 @@ def test_segments_carried_in_memory_are_the_bytes_a_spill_file_holds(tmp_path: P
     assert [len(pickle.dumps(b, protocol=5)) < len(on_disk) // 2 for b in buffers[:2]] == [True, True]
     back = [lake.read_ipc_buffer(b).to_pylist() for b in moved]
     assert back == [table.slice(o, n).to_pylist() for o, n in SEGMENTS]
+    assert lake.ipc_segments(table, []) == []
