@@ -122,8 +122,10 @@ def test_every_crossing_arrives_signed_once_through_500s_slow_answers_and_closed
     lake = metered.lake
 
     # A receiver that never takes anything: each notification is dead after its attempts, last error kept.
+    # The timeout is long enough that a fast 500 on a loaded machine still arrives within it (a late
+    # answer would be kept as a timeout, a different last error).
     with Receiver(faults=["500"] * 10_000) as down:
-        done = delivery.deliver(engine, lake, _config(down.url, max_attempts=2))
+        done = delivery.deliver(engine, lake, _config(down.url, max_attempts=2, timeout_s=5.0))
     assert (done.sent, done.dead, done.left) == (0, len(expected), 0)
     n = Notification.__table__.c
     with engine.connect() as conn:
