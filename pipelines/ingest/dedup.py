@@ -352,19 +352,24 @@ def sorted_hashes(table: pa.Table, dataset: Dataset = EVENTS) -> np.ndarray:
 
 def sub_shard_parts(refs: Iterable[tuple], remote: bool) -> Iterator[tuple[int, list[pa.Table]]]:
     """Each sub-shard's clean rows of one shard, in sub-shard order, from what read-and-validate handed
-    over: (sub, IPC buffer) carried between tasks, or (sub, path, first byte, end byte) of a spill file.
-    On an object store, spilled sub-shards are read together up to ``lake.READ_BATCH_BYTES``: a read
-    unit's sub-shards of one shard follow one another in its spill file, so a batch is one request per
-    read unit, not one per read unit and sub-shard."""
-    by_sub: dict[int, list[tuple]] = {}
+    over: (sub, ``lake.CarriedSegment``) carried between tasks, or (sub, path, first byte, end byte) of
+    a spill file. On an object store, spilled sub-shards are read together up to
+    ``lake.READ_BATCH_BYTES``: a read unit's sub-shards of one shard follow one another in its spill
+    file, so a batch is one request per read unit, not one per read unit and sub-shard."""
+    by_sub: dict[int, list[lake.CarriedSegment | lake.Segment]] = {}
     for sub, *where in refs:
-        by_sub.setdefault(sub, []).append(tuple(where))
+        part = where[0] if isinstance(where[0], lake.CarriedSegment) else tuple(where)
+        by_sub.setdefault(sub, []).append(part)
 
     def size(sub: int) -> int:
-        return sum(w[2] - w[1] if len(w) == 3 else w[0].size for w in by_sub[sub])
+        return sum(p.nbytes if isinstance(p, lake.CarriedSegment) else p[2] - p[1] for p in by_sub[sub])
 
     budget = lake.READ_BATCH_BYTES if remote else 0  # a local file's sub-shards: one at a time
     for batch in lake.in_batches(sorted(by_sub), size, budget):
-        spilled = iter(lake.read_ipc_segments(w for sub in batch for w in by_sub[sub] if len(w) == 3))
+        spilled = iter(
+            lake.read_ipc_segments(
+                p for sub in batch for p in by_sub[sub] if not isinstance(p, lake.CarriedSegment)
+            )
+        )
         for sub in batch:
-            yield sub, [next(spilled) if len(w) == 3 else lake.read_ipc_buffer(w[0]) for w in by_sub[sub]]
+            yield sub, [p.table if isinstance(p, lake.CarriedSegment) else next(spilled) for p in by_sub[sub]]

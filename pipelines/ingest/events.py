@@ -88,7 +88,8 @@ log = logging.getLogger(__name__)
 
 # Rows of one sub-shard inside a spill file, (sub, path, first byte, end byte): what travels through the
 # shuffle instead of the rows, a plain tuple every runner's coder carries unchanged. On Dask the rows
-# travel themselves as (sub, IPC stream buffer): Dask moves buffers between workers as they are.
+# travel themselves as (sub, lake.CarriedSegment): kept as they are within a worker, an IPC stream when
+# Dask moves them to another.
 SpillRef = tuple[int, str, int, int]
 
 
@@ -111,7 +112,7 @@ class ReadAndValidate(beam.DoFn):
         self.shards, self.subs = shards, subs
         self.spill_root = lake.join(stage_root, "_spill")
         self.dataset = dataset
-        self.carry = carry  # the segments travel as in-memory IPC buffers, not spilled
+        self.carry = carry  # the segments travel in memory (lake.CarriedSegment), not spilled
 
     def process(self, unit: ReadUnit):
         landing = dt.date.fromisoformat(unit.landing_date)
@@ -146,9 +147,9 @@ class ReadAndValidate(beam.DoFn):
             table, segments = sub_shard_segments(with_hash(clean, ds), self.shards, self.subs)
             rows = [(o, n) for _, _, o, n in segments]
             if rows and self.carry:
-                buffers = lake.ipc_segments(table, rows)
-                for (shard, sub, _, _), buffer in zip(segments, buffers, strict=True):
-                    yield CLEAN, (shard, (sub, buffer))
+                carried = lake.carried_segments(table, rows)
+                for (shard, sub, _, _), part in zip(segments, carried, strict=True):
+                    yield CLEAN, (shard, (sub, part))
             elif rows:
                 path = lake.join(self.spill_root, f"{unit_key}-{i:04d}.arrow")
                 ranges = lake.write_ipc_segments(path, table, rows)

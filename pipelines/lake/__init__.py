@@ -54,8 +54,10 @@ from pipelines.lake.paths import (  # noqa: F401
 )
 from pipelines.lake.spill import (  # noqa: F401
     READ_BATCH_BYTES,
+    CarriedSegment,
     IpcSegments,
     Segment,
+    carried_segments,
     in_batches,
     ipc_segments,
     read_ipc_buffer,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -72,6 +73,40 @@ def ipc_segments(table: pa.Table, segments: list[tuple[int, int]]) -> list[pa.Bu
 def read_ipc_buffer(data: pa.Buffer) -> pa.Table:
     """A segment that ``ipc_segments`` made."""
     return _stream(data, "an in-memory spill segment")
+
+
+class CarriedSegment:
+    """A segment of rows handed from one task to the next by a runner that keeps task results in memory
+    (Dask): the rows themselves while they stay in the process, nothing copied or serialized; the Arrow
+    IPC stream ``ipc_segments`` makes when the runner pickles the segment to move it to another worker
+    (or to disk). A pickled slice of a table would hold the whole table's buffers; the stream holds only
+    the segment's rows and the dictionary values they use."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes)
+
+    def __sizeof__(self) -> int:  # what Dask's memory accounting counts
+        return object.__sizeof__(self) + self.nbytes
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Callable[[Any], CarriedSegment], tuple[Any]]:
+        (data,) = ipc_segments(self.table, [(0, self.table.num_rows)])
+        # Protocol 5 lets the pickler hand the buffer over as it is (Dask sends it out of band).
+        return _carried, (pickle.PickleBuffer(data) if protocol >= 5 else data.to_pybytes(),)
+
+
+def carried_segments(table: pa.Table, segments: list[tuple[int, int]]) -> list[CarriedSegment]:
+    """Each (offset, length) segment of ``table`` for a runner to carry between tasks in memory."""
+    return [CarriedSegment(_own_dictionaries(table.slice(offset, length))) for offset, length in segments]
+
+
+def _carried(data: Any) -> CarriedSegment:
+    return CarriedSegment(read_ipc_buffer(pa.py_buffer(data)))
 
 
 def _write_segments(sink: Any, table: pa.Table, segments: list[tuple[int, int]], ranges: list) -> None:

@@ -1,7 +1,8 @@
 """Spill segments between Beam stages (``lake.write_ipc_segments``): each segment reads back alone,
 exactly, from its byte range, on a local disk and on an object store (rclone's S3 server), and held in
-memory as the same bytes (``lake.ipc_segments``, what a Dask run carries between tasks); each carries
-only the dictionary values its rows use; a range that is not a segment is a one-line error."""
+memory (``lake.carried_segments``, what a Dask run carries between tasks: the same bytes when pickled);
+each carries only the dictionary values its rows use; a range that is not a segment is a one-line
+error."""
 
 from __future__ import annotations
 
@@ -124,8 +125,9 @@ def test_batches_hold_at_most_the_budget_and_keep_the_order() -> None:
 
 
 def test_segments_carried_in_memory_are_the_bytes_a_spill_file_holds(tmp_path: Path) -> None:
-    """On Dask the segments travel between tasks as buffers instead of through a spill file: the same
-    IPC streams, read back alone, and each picklable on its own (Dask moves them between workers)."""
+    """On Dask the segments travel between tasks in memory instead of through a spill file: within a
+    worker the rows as they are (no copy), and when Dask pickles one to move it to another worker, the
+    same IPC stream a spill file holds for it, not the whole table a slice points into."""
     import pickle
 
     table = _table()
@@ -134,8 +136,22 @@ def test_segments_carried_in_memory_are_the_bytes_a_spill_file_holds(tmp_path: P
     buffers = lake.ipc_segments(table, SEGMENTS)
     on_disk = Path(path).read_bytes()
     assert [b.to_pybytes() for b in buffers] == [on_disk[first:end] for first, end in ranges]
-    moved = [pickle.loads(pickle.dumps(b, protocol=5)) for b in buffers]
-    assert [len(pickle.dumps(b, protocol=5)) < len(on_disk) // 2 for b in buffers[:2]] == [True, True]
-    back = [lake.read_ipc_buffer(b).to_pylist() for b in moved]
-    assert back == [table.slice(o, n).to_pylist() for o, n in SEGMENTS]
-    assert lake.ipc_segments(table, []) == []
+    assert lake.ipc_segments(table, []) == [] and lake.carried_segments(table, []) == []
+
+    carried = lake.carried_segments(table, SEGMENTS)
+    assert [c.table.to_pylist() for c in carried] == [table.slice(o, n).to_pylist() for o, n in SEGMENTS]
+    for protocol in (4, 5):
+        out_of_band: list[pickle.PickleBuffer] = []
+        callback = out_of_band.append if protocol == 5 else None
+        pickled = [pickle.dumps(c, protocol=protocol, buffer_callback=callback) for c in carried]
+        if protocol == 5:  # the stream goes out of band, as it is (what Dask does between workers)
+            assert [bytes(b.raw()) for b in out_of_band] == [b.to_pybytes() for b in buffers]
+            moved = [pickle.loads(p, buffers=[b]) for p, b in zip(pickled, out_of_band, strict=True)]
+        else:
+            assert [len(p) < len(on_disk) // 2 for p in pickled[:2]] == [True, True]
+            moved = [pickle.loads(p) for p in pickled]
+        assert all(isinstance(m, lake.CarriedSegment) for m in moved)
+        assert [m.table.to_pylist() for m in moved] == [c.table.to_pylist() for c in carried]
+    # Only the values its rows use: a segment's stream does not carry the table's every account again.
+    first = pickle.loads(pickle.dumps(carried[0], protocol=4)).table
+    assert len(first.column(0).chunk(0).dictionary) < len(table.column(0).chunk(0).dictionary)
