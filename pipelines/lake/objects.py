@@ -9,7 +9,8 @@ Writes (``ObjectWriter``) collect an object's bytes and upload them when it is c
 PutObject request through the shared boto3 client: Beam's writer uploads every object, however small,
 in three requests (a multipart upload) and copies what it holds on every write. An object past
 ``PUT_MAX`` goes on through Beam's multipart writer. (Arrow's multipart writer once failed a
-completion against rclone's server, NoSuchUpload, not explained; it is not used.) Listing,
+completion against rclone's server, NoSuchUpload, not explained; it is not used.) A file's size and
+time (``paths.stamps``) is one HEAD request here (Beam's match of one name makes three). Listing,
 existence and deletes stay with Beam's ``FileSystems`` (``paths.py``): they are few per run. Both
 clients take the same settings: Beam's ``--s3_*`` flags when a run gives them, else the standard
 ``AWS_*`` environment variables (``AWS_ENDPOINT_URL`` for an S3-compatible server).
@@ -30,6 +31,7 @@ from apache_beam.options.pipeline_options import S3Options
 from pipelines.runtime import compat
 from pipelines.settings import s3_checksums_when_required, s3_environment
 
+FILE = pafs.FileType.File
 _FILESYSTEMS: dict[tuple, pafs.S3FileSystem] = {}
 _LOCK = threading.Lock()
 # The options last looked at and their file system: reading Beam's options builds an argument parser

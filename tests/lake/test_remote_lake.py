@@ -222,3 +222,26 @@ def test_beam_s3_flags_after_the_double_dash_reach_the_lake_without_aws_variable
     finally:
         use_filesystem_options([])
         bucket.clear()
+
+
+def test_a_stamp_is_an_objects_size_and_time_and_a_rewrite_is_seen(store) -> None:  # type: ignore[no-untyped-def]
+    """What ingest checks a landing file against before and after reading it (and the meter hashes):
+    one stamp per object that exists, its size and its time in seconds since the epoch, a different
+    stamp once the object is written again."""
+    import time
+
+    from pipelines.ingest.readers import LandingFileChanged, check_unchanged, stamp
+
+    a, b, missing = (f"{store.root}/landing/2026-03-02/{n}.parquet" for n in ("a", "b", "missing"))
+    store.put(a, b"x" * 10)
+    store.put(b, b"y" * 3)
+    stamps = lake.stamps([a, missing, b])
+    assert [(p, size) for p, size, _ in stamps] == [(a, 10), (b, 3)]
+    assert all(abs(mtime - time.time()) < 600 for _, _, mtime in stamps)
+    listed = stamp(a)
+    check_unchanged(a, listed)
+    store.put(a, b"x" * 11)
+    with pytest.raises(LandingFileChanged, match="changed while this run read it"):
+        check_unchanged(a, listed)
+    with pytest.raises(LandingFileChanged, match="disappeared"):
+        stamp(missing)
