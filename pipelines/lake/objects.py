@@ -10,8 +10,9 @@ PutObject request through the shared boto3 client: Beam's writer uploads every o
 in three requests (a multipart upload) and copies what it holds on every write. An object past
 ``PUT_MAX`` goes on through Beam's multipart writer. (Arrow's multipart writer once failed a
 completion against rclone's server, NoSuchUpload, not explained; it is not used.) A file's size and
-time (``paths.stamps``) is one HEAD request here (Beam's match of one name makes three). Listing,
-existence and deletes stay with Beam's ``FileSystems`` (``paths.py``): they are few per run. Both
+time (``paths.stamps``) is one HEAD request here (Beam's match of one name makes three), and a
+folder's files (``paths.list_files``) one listing. Existence, deep listings and deletes stay with
+Beam's ``FileSystems`` (``paths.py``): they are few per run. Both
 clients take the same settings: Beam's ``--s3_*`` flags when a run gives them, else the standard
 ``AWS_*`` environment variables (``AWS_ENDPOINT_URL`` for an S3-compatible server).
 """
@@ -102,6 +103,14 @@ def _arrow_arguments(given: dict[str, Any]) -> dict[str, Any]:
 def key(path: str) -> str:
     """An ``s3://bucket/key`` path as Arrow's S3 file system names it (``bucket/key``)."""
     return path[len("s3://") :]
+
+
+def listing(directory: str) -> dict[str, str]:
+    """name -> ``s3://`` path of each object directly inside ``directory`` (none if there is none):
+    Arrow's listing, its answers parsed in C++ (Beam's parses each page of names in Python)."""
+    selector = pafs.FileSelector(key(directory).rstrip("/"), allow_not_found=True, recursive=False)
+    found = filesystem().get_file_info(selector)
+    return {info.base_name: f"s3://{info.path}" for info in found if info.type == FILE}
 
 
 def open_input(path: str) -> pa.NativeFile:

@@ -225,8 +225,11 @@ def list_files(directory: str, pattern: str = "*.parquet") -> list[str]:
         if not os.path.isdir(directory):
             return []
         return sorted(join(directory, n) for n in os.listdir(directory) if fnmatch.fnmatch(n, pattern))
-    found = FileSystems.match([join(directory, "*")])[0].metadata_list
-    listed = {posixpath.basename(m.path): m.path for m in found}
+    if objects.handles(directory):
+        listed = objects.listing(directory)
+    else:
+        found = FileSystems.match([join(directory, "*")])[0].metadata_list
+        listed = {posixpath.basename(m.path): m.path for m in found}
     if MANIFEST in listed:
         files = manifest_files(directory)
         return [files[n] for n in sorted(files) if fnmatch.fnmatch(n, pattern)]
