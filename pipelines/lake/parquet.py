@@ -129,19 +129,27 @@ def open_parquet(path: str, **options: object) -> pq.ParquetFile:
     return pq.ParquetFile(path if is_local(path) else open_object(path), **options)
 
 
-def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
-    return open_parquet(path).read(columns=columns)
+def read_parquet(
+    path: str, columns: list[str] | None = None, read_dictionary: list[str] | None = None
+) -> pa.Table:
+    return open_parquet(path, read_dictionary=read_dictionary).read(columns=columns)
 
 
-def read_parquet_files(paths: list[str]) -> list[pa.Table]:
+def read_parquet_files(paths: list[str], read_dictionary: list[str] | None = None) -> list[pa.Table]:
     """Many small files whole, in order: on S3 each in one request (no size asked first, no ranged reads
-    of footer and pages), eight at a time: what a driver reads back of many tasks' staged files."""
+    of footer and pages), eight at a time: what a driver reads back of many tasks' staged files.
+    ``read_dictionary``: columns read as the dictionary arrays Parquet stores them as."""
     remote = [p for p in paths if objects.handles(p)]
     if len(remote) < 2:
-        return [read_parquet(p) for p in paths]
+        return [read_parquet(p, read_dictionary=read_dictionary) for p in paths]
     with ThreadPoolExecutor(max_workers=8) as pool:
         data = dict(zip(remote, pool.map(objects.read_whole, remote), strict=True))
-    return [pq.read_table(pa.BufferReader(data[p])) if p in data else read_parquet(p) for p in paths]
+    return [
+        pq.read_table(pa.BufferReader(data[p]), read_dictionary=read_dictionary)
+        if p in data
+        else read_parquet(p, read_dictionary=read_dictionary)
+        for p in paths
+    ]
 
 
 def dataset_files(lake: str, dataset: str) -> list[str]:

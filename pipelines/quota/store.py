@@ -293,8 +293,13 @@ def spill_by_account(table: pa.Table, spill_root: str, name: str, shards: int, k
         yield shard, (kind, spill, first, end)
 
 
-def _staged(stage: str, name: str) -> pa.Table | None:
-    tables = lake.read_parquet_files(lake.list_files(lake.join(stage, name)))
+# Text columns of the staged billable rows read as the dictionaries Parquet stores them as: millions of
+# rows of a few distinct accounts, models, tiers and kinds, which the loader sorts by and writes out.
+BILLABLE_TEXT = ["account_id", "model", "speed_tier", "token_kind"]
+
+
+def _staged(stage: str, name: str, read_dictionary: list[str] | None = None) -> pa.Table | None:
+    tables = lake.read_parquet_files(lake.list_files(lake.join(stage, name)), read_dictionary)
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
 
@@ -311,7 +316,8 @@ def load_warehouse(
     """The staged rows, checked, into the warehouse in one transaction: billable usage, the local x UTC
     day bridge, the metered dates (with what they reflect) and the pool balances of their periods."""
     first, last = dates[0], dates[-1]
-    billable, pools, days = (_staged(stage, n) for n in ("billable", "pools", "metered_days"))
+    billable = _staged(stage, "billable", BILLABLE_TEXT)
+    pools, days = _staged(stage, "pools"), _staged(stage, "metered_days")
     draws = _staged(stage, "pool_draws")
     crossings = _staged(stage, "crossings")
     if days is not None:

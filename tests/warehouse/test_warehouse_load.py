@@ -64,9 +64,17 @@ rows = st.lists(
 @given(rows)
 def test_key_order_is_arrows_stable_sort(table_rows):
     table = _table(table_rows)
+    # Text as dictionary arrays, each chunk with a dictionary of its own (files read back as such).
+    half = len(table_rows) // 2
+    chunks = [table.slice(0, half), table.slice(half)]
+    encoded = pa.concat_tables(
+        [c.set_column(1, "name", pc.dictionary_encode(c["name"]).combine_chunks()) for c in chunks]
+    )
+    assert pa.types.is_dictionary(encoded.schema.field("name").type)
     for keys in (KEYS, ["name"], ["n", "day"], ["name", "day"]):
         expected = pc.sort_indices(table, [(k, "ascending") for k in keys])
         assert key_order(table, keys).to_pylist() == expected.to_pylist(), keys
+        assert key_order(encoded, keys).to_pylist() == expected.to_pylist(), keys
 
 
 def test_wide_ranges_fall_back_to_lexsort_and_nulls_to_arrow():
@@ -105,6 +113,7 @@ def test_sqlite_bulk_insert_stores_what_sqlalchemy_would_for_every_size_and_widt
         for n in (1, SQLITE_ROWS_PER_INSERT - 1, SQLITE_ROWS_PER_INSERT, SQLITE_ROWS_PER_INSERT + 1, 2345):
             md = MetaData()
             fast, slow = _sa_table("fast", md, extra), _sa_table("slow", md, extra)
+            coded = _sa_table("coded", md, extra)  # the text as dictionary arrays, a dictionary per chunk
             md.create_all(engine)
             rows = pa.table(
                 {
@@ -127,11 +136,20 @@ def test_sqlite_bulk_insert_stores_what_sqlalchemy_would_for_every_size_and_widt
                     **{x: pa.array(rng.integers(-(2**62), 2**62, n), pa.int64()) for x in extra},
                 }
             )
+            as_dictionaries = pa.concat_tables(
+                [
+                    part.set_column(i, name, pc.dictionary_encode(part[name]).combine_chunks())
+                    for part in (rows.slice(0, n // 2), rows.slice(n // 2))
+                    for i, name in [(1, "kind")]
+                ]
+            ).set_column(2, "uid", pc.dictionary_encode(rows["uid"]))
             with engine.begin() as conn:
                 assert insert_arrow(conn, fast, rows) == n
+                assert insert_arrow(conn, coded, as_dictionaries) == n
                 conn.execute(insert(slow), rows.to_pylist())
             with engine.connect() as conn:
                 got = conn.execute(select(fast).order_by(fast.c.id)).all()
                 want = conn.execute(select(slow).order_by(slow.c.id)).all()
-            assert len(got) == n and got == want, (width, n)
+                decoded = conn.execute(select(coded).order_by(coded.c.id)).all()
+            assert len(got) == n and got == want == decoded, (width, n)
             md.drop_all(engine)
