@@ -71,6 +71,20 @@ def check_allocation(events: pa.Table, result: Allocation, state: pa.Table | Non
         raise _broken("a pool period's used tokens differ from the included tokens drawn from it")
 
 
+# Kinds staged beside the shards' tables: the events read (counted per read unit, summed) and the events
+# allocated (counted per shard). The grouping by account shard between them carries only references.
+EVENTS_READ, EVENTS_ALLOCATED = "events_read", "events_allocated"
+
+
+def check_events_conserved(read: pa.Table | None, allocated: pa.Table | None) -> None:
+    """Every event the run read reached an allocation, once: what the read side counted against what
+    the shards allocated, so that a runner losing or repeating an element between them stops the run."""
+    n_read = 0 if read is None else int(pc.sum(read["events"]).as_py() or 0)  # None: nothing to read
+    n_allocated = 0 if allocated is None else int(pc.sum(allocated["events"]).as_py() or 0)
+    if n_read != n_allocated:
+        raise _broken(f"{n_read:,} events were read but {n_allocated:,} allocated")
+
+
 def check_totals(billable: pa.Table | None, days: pa.Table | None) -> None:
     """The staged billable rows and the local x UTC day bridge hold the same tokens."""
 

@@ -20,7 +20,7 @@ from pipelines import lake
 from pipelines.errors import UsageBillingError
 from pipelines.ingest.hashing import HASH, runs, shard_segments, stable_hash
 from pipelines.notify.pools import record_pools
-from pipelines.quota.checks import check_totals
+from pipelines.quota.checks import EVENTS_ALLOCATED, EVENTS_READ, check_events_conserved, check_totals
 from pipelines.warehouse.engine import as_date, insert_arrow, replace_rows
 from pipelines.warehouse.locks import Fence
 from pipelines.warehouse.remeter import plans_digest
@@ -322,6 +322,7 @@ def load_warehouse(
     crossings = _staged(stage, "crossings")
     if days is not None:
         days = sum_by(days, ["local_day", "utc_day"])
+    check_events_conserved(_staged(stage, EVENTS_READ), _staged(stage, EVENTS_ALLOCATED))
     check_totals(billable, days)
     with engine.begin() as conn:
         replace_rows(

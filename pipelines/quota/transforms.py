@@ -9,6 +9,7 @@ records and kept balances to the stage by local day.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
 import apache_beam as beam
 import pyarrow as pa
@@ -20,7 +21,7 @@ from billing.plan import AccountIndex, attach_accounts
 from billing.quota import allocate
 from pipelines import lake
 from pipelines.ingest.hashing import HASH
-from pipelines.quota.checks import check_allocation
+from pipelines.quota.checks import EVENTS_ALLOCATED, EVENTS_READ, check_allocation
 from pipelines.quota.store import (
     ALLOCATION_SPILL,
     STATE_SPILL,
@@ -28,6 +29,7 @@ from pipelines.quota.store import (
     spill_by_account,
     spill_days,
 )
+from pipelines.runtime.options import split
 from schemas import tokens
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA
@@ -50,9 +52,12 @@ SPILL_SCHEMA = pa.schema(
 )
 
 
+SPILLED = "spilled"
+
+
 class ReadAndSpill(beam.DoFn):
     """A unit of row groups -> events with plan and local day, up to the last metered date, spilled
-    by shard."""
+    by shard: ("spilled", (shard, ref)) per shard, and ("events_read", the events spilled)."""
 
     def __init__(
         self, accounts: str, last: dt.date, stage_root: str, shards: int, since: dt.date | None = None
@@ -73,7 +78,10 @@ class ReadAndSpill(beam.DoFn):
         keep = pc.less_equal(events["local_day"], pa.scalar(self.last, pa.date32()))
         if self.since is not None:  # starting from balances: the days before are in them
             keep = pc.and_(keep, pc.greater_equal(events["local_day"], pa.scalar(self.since, pa.date32())))
-        yield from spill_by_account(events.filter(keep), self.spill_root, repr(unit), self.shards, "events")
+        events = events.filter(keep)
+        yield EVENTS_READ, events.num_rows
+        for ref in spill_by_account(events, self.spill_root, repr(unit), self.shards, "events"):
+            yield SPILLED, ref
 
 
 class SpillState(beam.DoFn):
@@ -109,6 +117,7 @@ class AllocateShard(beam.DoFn):
         events, state = _shard_input(refs)
         result = allocate(events, self.catalog, state)
         check_allocation(events, result, state)
+        yield EVENTS_ALLOCATED, shard, pa.table({"events": pa.array([events.num_rows], pa.int64())})
         in_range = _between(events["local_day"], self.first, self.last)
         yield (
             "billable",
@@ -197,7 +206,9 @@ class StageShardTable(beam.DoFn):
 class MeterQuota(beam.PTransform):
     """Read units of lake events (and stored balances to start from) -> per account shard, (kind,
     shard, table) for its billable usage ("billable"), local x UTC day tokens ("metered_days") and
-    pool balances ("pools"); the caller stages them (``StageShardTable``) and loads them."""
+    pool balances ("pools"), and the events it allocated ("events_allocated"); once, the events it
+    read ("events_read", shard 0; none when there was nothing to read). The caller stages them
+    (``StageShardTable``), checks the counts agree and loads them."""
 
     def __init__(
         self,
@@ -222,9 +233,13 @@ class MeterQuota(beam.PTransform):
         # and compresses each DoFn on the driver, about a second for 100,000 accounts.
         accounts = lake.join(self.stage, "_accounts", "accounts.parquet")
         lake.write_parquet(accounts, self.accounts)
-        refs = units | "ReadAndSpill" >> beam.ParDo(
-            ReadAndSpill(accounts, self.last, self.stage, self.shards, since)
+        read = split(
+            units
+            | "ReadAndSpill" >> beam.ParDo(ReadAndSpill(accounts, self.last, self.stage, self.shards, since)),
+            "Read",
+            (SPILLED, EVENTS_READ),
         )
+        refs = read[SPILLED]
         if self.state_files:
             state = (
                 units.pipeline
@@ -232,9 +247,20 @@ class MeterQuota(beam.PTransform):
                 | "SpillState" >> beam.ParDo(SpillState(self.stage, self.shards))
             )
             refs = (refs, state) | "EventsAndState" >> beam.Flatten()
-        return (
+        allocated = (
             refs
             | "GroupByAccountShard" >> beam.GroupByKey()
             | "AllocateShard"
             >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_days))
         )
+        counted = (
+            read[EVENTS_READ]
+            | "KeyEventsRead" >> beam.Map(lambda count: (EVENTS_READ, count))
+            | "GroupEventsRead" >> beam.GroupByKey()
+            | "EventsReadAsTable" >> beam.MapTuple(_events_read)
+        )
+        return (allocated, counted) | "WithEventsRead" >> beam.Flatten()
+
+
+def _events_read(kind: str, counts: Iterable[int]) -> tuple[str, int, pa.Table]:
+    return kind, 0, pa.table({"events": pa.array([sum(counts)], pa.int64())})

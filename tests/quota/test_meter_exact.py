@@ -655,6 +655,17 @@ def test_a_metering_run_that_does_not_add_up_fails_and_loads_nothing(tmp_path, m
     monkeypatch.undo()
     assert (world.billable(), world.pools(), world.draws()) == before
 
+    # A reference lost between the read and the allocation (a runner dropping an element of the
+    # grouping): every shard still adds up by itself; the events read and allocated do not.
+    real_input = transforms._shard_input
+    monkeypatch.setattr(
+        transforms, "_shard_input", lambda refs: real_input([r for r in refs if r[0] != "events"])
+    )
+    with pytest.raises(DataQualityError, match="1 events were read but 0 allocated"):
+        meter.main([*world.settings.argv(), "--date", "2026-02-27"])
+    monkeypatch.undo()
+    assert (world.billable(), world.pools(), world.draws()) == before
+
 
 def test_an_identical_reload_or_a_change_on_days_without_usage_queues_nothing(tmp_path):
     world = World(tmp_path, _fast_and_main(-1, 5))

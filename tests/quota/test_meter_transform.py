@@ -45,7 +45,9 @@ def test_meter_quota_returns_every_metered_token_once_per_shard_and_kind(sqlite_
         out = {}
         for kind, shard, table in rows:
             tokens = 0
-            if kind not in ("pools", "pool_draws", "crossings") and table.num_rows:
+            if kind.startswith("events_"):  # not tokens: the events read, and allocated
+                tokens = pc.sum(table["events"]).as_py()
+            elif kind not in ("pools", "pool_draws", "crossings") and table.num_rows:
                 tokens = pc.sum(table["included_tokens"]).as_py() + pc.sum(table["overage_tokens"]).as_py()
             seen, total = out.get(kind, (set(), 0))
             out[kind] = (seen | {shard}, total + tokens)
@@ -58,6 +60,7 @@ def test_meter_quota_returns_every_metered_token_once_per_shard_and_kind(sqlite_
     billed = events.filter(pc.and_(pc.greater_equal(local, first), pc.less_equal(local, last)))
     tokens = pc.sum(pc.add(billed["input_tokens"], billed["output_tokens"])).as_py()
     assert tokens > 0
+    read = pc.sum(pc.less_equal(local, last).cast(pa.int64())).as_py()  # the days before first too
     everyone = list(range(shards))
     assert_that(
         metered | "All" >> beam.combiners.ToList() | "Totals" >> beam.Map(totals),
@@ -66,6 +69,8 @@ def test_meter_quota_returns_every_metered_token_once_per_shard_and_kind(sqlite_
                 [
                     ("billable", everyone, tokens),
                     ("crossings", everyone, 0),
+                    ("events_allocated", everyone, read),
+                    ("events_read", [0], read),
                     ("metered_days", everyone, tokens),
                     ("pool_draws", everyone, 0),
                     ("pools", everyone, 0),
