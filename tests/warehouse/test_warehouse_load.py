@@ -26,7 +26,8 @@ from sqlalchemy import (
     select,
 )
 
-from pipelines.warehouse.engine import SQLITE_ROWS_PER_INSERT, insert_arrow, key_order
+from pipelines.warehouse.engine import SQLITE_ROWS_PER_INSERT, insert_arrow
+from pipelines.warehouse.keys import key_order
 
 KEYS = ["day", "name", "n", "at"]
 DAY0 = dt.date(2026, 1, 1)
