@@ -81,6 +81,9 @@ def check_events_conserved(read: pa.Table | None, allocated: pa.Table | None) ->
     the shards allocated, so that a runner losing or repeating an element between them stops the run."""
     n_read = 0 if read is None else int(pc.sum(read["events"]).as_py() or 0)  # None: nothing to read
     n_allocated = 0 if allocated is None else int(pc.sum(allocated["events"]).as_py() or 0)
+    if allocated is not None and len(pc.unique(allocated["shard"])) != allocated.num_rows:
+        # its accounts' events in two parts, each allocated from the start of the period
+        raise _broken("a shard's events were allocated in more than one part")
     if n_read != n_allocated:
         raise _broken(f"{n_read:,} events were read but {n_allocated:,} allocated")
 

@@ -9,6 +9,7 @@ records and kept balances to the stage by local day.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Iterable
 
 import apache_beam as beam
@@ -117,7 +118,8 @@ class AllocateShard(beam.DoFn):
         events, state = _shard_input(refs)
         result = allocate(events, self.catalog, state)
         check_allocation(events, result, state)
-        yield EVENTS_ALLOCATED, shard, pa.table({"events": pa.array([events.num_rows], pa.int64())})
+        counted = {"shard": pa.array([shard], pa.int64()), "events": pa.array([events.num_rows], pa.int64())}
+        yield EVENTS_ALLOCATED, shard, pa.table(counted)
         in_range = _between(events["local_day"], self.first, self.last)
         yield (
             "billable",
@@ -193,14 +195,17 @@ def _crossing_rows(events: pa.Table, crossings: pa.Table, in_range: pa.Array) ->
 
 
 class StageShardTable(beam.DoFn):
-    """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN.parquet``, what the driver loads."""
+    """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN-<unique>.parquet``, what the driver loads.
+    A name of its own per element: were a shard ever handed over twice, its second table could not
+    replace the first unseen (the load's checks count what each shard staged)."""
 
     def __init__(self, stage_root: str) -> None:
         self.stage_root = stage_root
 
     def process(self, element):
         kind, shard, table = element
-        lake.write_parquet(lake.join(self.stage_root, kind, f"shard-{shard:04d}.parquet"), table)
+        name = f"shard-{shard:04d}-{uuid.uuid4().hex[:12]}.parquet"
+        lake.write_parquet(lake.join(self.stage_root, kind, name), table)
 
 
 class MeterQuota(beam.PTransform):

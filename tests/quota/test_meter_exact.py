@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
@@ -665,6 +666,22 @@ def test_a_metering_run_that_does_not_add_up_fails_and_loads_nothing(tmp_path, m
         meter.main([*world.settings.argv(), "--date", "2026-02-27"])
     monkeypatch.undo()
     assert (world.billable(), world.pools(), world.draws()) == before
+
+
+def test_events_read_and_allocated_must_agree_and_a_shard_be_allocated_once():
+    from pipelines.errors import DataQualityError
+    from pipelines.quota.checks import check_events_conserved
+
+    def allocated(*pairs: tuple[int, int]) -> pa.Table:
+        return pa.table({"shard": [s for s, _ in pairs], "events": [n for _, n in pairs]})
+
+    read = pa.table({"events": [5]})
+    check_events_conserved(read, allocated((0, 2), (1, 3)))
+    check_events_conserved(None, None)  # nothing to read, nothing allocated
+    with pytest.raises(DataQualityError, match="5 events were read but 4 allocated"):
+        check_events_conserved(read, allocated((0, 2), (1, 2)))
+    with pytest.raises(DataQualityError, match="allocated in more than one part"):
+        check_events_conserved(read, allocated((0, 2), (1, 1), (1, 2)))  # the counts agree; the shard split
 
 
 def test_an_identical_reload_or_a_change_on_days_without_usage_queues_nothing(tmp_path):
