@@ -185,7 +185,7 @@ def arrow_realigns() -> None:
 # threshold as a process frees large blocks, so every NumPy array over 128 KiB becomes a fresh mapping
 # whose pages the kernel faults in and zeroes one by one: ingest's compute on a worker took 5x the page
 # faults and a third more CPU than the same compute in the embedded process. ``runtime.dask`` gives such
-# a worker glibc's own ceilings instead; an operator who set either variable otherwise is left alone.
+# a worker thresholds of its own instead; an operator who set either variable otherwise is left alone.
 DASK_MALLOC_TRIM = "65536"
 
 

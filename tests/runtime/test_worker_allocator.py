@@ -1,6 +1,6 @@
 """A Dask worker's allocator: Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which
 makes every large NumPy array a fresh mapping the kernel faults in page by page. The worker plugin
-(``runtime.dask.large_blocks_reused``) gives such a process glibc's own ceilings back; a process that
+(``runtime.dask.large_blocks_reused``) gives such a process thresholds under which they reuse memory; a process that
 Dask did not start so, or whose operator chose a threshold, is left alone."""
 
 from __future__ import annotations
