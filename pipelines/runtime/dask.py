@@ -53,9 +53,9 @@ class FileSystemSettings(WorkerPlugin):
 
 
 # Blocks under 4 MiB (a read unit's columns, a shard's sort keys) come from the heap and are reused; up to
-# 16 MiB free at its top is kept rather than handed back. glibc's own ceilings (32 and 64 MiB) took as
+# 4 MiB free at its top is kept rather than handed back. glibc's own ceilings (32 and 64 MiB) took as
 # few page faults but left a two-worker run's processes up to 2.5 GB larger (memory freed in pieces).
-MMAP_THRESHOLD, TRIM_THRESHOLD = 4 << 20, 16 << 20
+MMAP_THRESHOLD, TRIM_THRESHOLD = 4 << 20, 4 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 
 
