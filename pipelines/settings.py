@@ -180,21 +180,6 @@ def arrow_realigns() -> None:
         os.environ.setdefault(name, value)
 
 
-# Dask's nanny starts every worker with MALLOC_TRIM_THRESHOLD_=65536 (``distributed.nanny.
-# pre-spawn-environ``). Setting any of glibc's thresholds also stops glibc from raising its mmap
-# threshold as a process frees large blocks, so every NumPy array over 128 KiB becomes a fresh mapping
-# whose pages the kernel faults in and zeroes one by one: ingest's compute on a worker took 5x the page
-# faults and a third more CPU than the same compute in the embedded process. ``runtime.dask`` gives such
-# a worker thresholds of its own instead; an operator who set either variable otherwise is left alone.
-DASK_MALLOC_TRIM = "65536"
-
-
-def dask_malloc_defaults() -> bool:
-    """Whether this process has Dask's MALLOC_TRIM_THRESHOLD_ and no mmap threshold of its own."""
-    env = os.environ
-    return env.get("MALLOC_TRIM_THRESHOLD_") == DASK_MALLOC_TRIM and "MALLOC_MMAP_THRESHOLD_" not in env
-
-
 def s3_environment() -> dict[str, str | None]:
     """The S3 endpoint and region the standard AWS variables name (None where they do not)."""
     env = os.environ

@@ -5,17 +5,15 @@ harness gives them to Beam's file systems. The DaskRunner runs DoFns in Dask wor
 nobody gives options: an ``s3://`` lake configured by ``--s3_*`` flags would be reached there with no
 endpoint or credentials at all. ``prepare_workers`` registers a worker plugin, before the pipeline
 runs, that gives every worker of the cluster (and any that joins later) the run's file-system settings.
-Settings taken from the environment (``AWS_*``) are the workers' own environment's. The same plugin
-undoes what Dask's default MALLOC_TRIM_THRESHOLD_ costs large arrays (``large_blocks_reused``).
-``prepare_workers`` also spreads the run over the cluster's workers (``PARTITIONS_PER_THREAD``).
-``cluster_executor`` hands a step's own Python work (the data-quality gate) to the same cluster.
+Settings taken from the environment (``AWS_*``) are the workers' own environment's. It also spreads the
+run over the cluster's workers (``PARTITIONS_PER_THREAD``). ``cluster_executor`` hands a step's own
+Python work (the data-quality gate) to the same cluster.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import ctypes
 from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -28,7 +26,7 @@ except ImportError:  # without the dask extra: prepare_workers says so
     Client = None  # type: ignore[assignment,misc]  # stands for the optional class when it is absent
     WorkerPlugin = object  # type: ignore[assignment,misc]  # the same: a base class to subclass
 from pipelines.lake.paths import filesystem_values, set_filesystem_options
-from pipelines.settings import arrow_realigns, dask_malloc_defaults
+from pipelines.settings import arrow_realigns
 
 PLUGIN = "usage-billing-filesystems"
 # The DaskRunner splits each Create into partitions of 128 elements by default, and every later step
@@ -48,30 +46,7 @@ class FileSystemSettings(WorkerPlugin):
 
     def setup(self, worker) -> None:
         arrow_realigns()
-        large_blocks_reused()
         set_filesystem_options(PipelineOptions.from_dictionary(self.values))
-
-
-# Blocks under 4 MiB (a read unit's columns, a shard's sort keys) come from the heap and are reused; up to
-# 4 MiB free at its top is kept rather than handed back. glibc's own ceilings (32 and 64 MiB) took as
-# few page faults but left a two-worker run's processes up to 2.5 GB larger (memory freed in pieces).
-MMAP_THRESHOLD, TRIM_THRESHOLD = 4 << 20, 4 << 20
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
-
-
-def large_blocks_reused() -> bool:
-    """On a worker Dask started with its MALLOC_TRIM_THRESHOLD_ (``settings.dask_malloc_defaults``),
-    thresholds under which large NumPy arrays reuse freed memory instead of each being a fresh
-    mapping. Returns whether it changed them (not glibc, or set otherwise: no)."""
-    if not dask_malloc_defaults():
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    mapped = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    return bool(mapped) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def _address(options) -> tuple[str | None, str | None, int]:
