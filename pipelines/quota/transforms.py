@@ -9,8 +9,8 @@ records and kept balances to the stage by local day.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import uuid
-from collections.abc import Iterable
 
 import apache_beam as beam
 import pyarrow as pa
@@ -30,7 +30,6 @@ from pipelines.quota.store import (
     spill_by_account,
     spill_days,
 )
-from pipelines.runtime.options import split
 from schemas import tokens
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA
@@ -53,18 +52,16 @@ SPILL_SCHEMA = pa.schema(
 )
 
 
-SPILLED = "spilled"
-
-
 class ReadAndSpill(beam.DoFn):
     """A unit of row groups -> events with plan and local day, up to the last metered date, spilled
-    by shard: ("spilled", (shard, ref)) per shard, and ("events_read", the events spilled)."""
+    by shard; the events it spilled counted in ``<stage>/events_read/``."""
 
     def __init__(
         self, accounts: str, last: dt.date, stage_root: str, shards: int, since: dt.date | None = None
     ) -> None:
         """``accounts``: the staged accounts table (``MeterQuota`` writes it)."""
         self.accounts, self.last, self.spill_root = accounts, last, lake.join(stage_root, "_spill")
+        self.stage_root = stage_root
         self.shards, self.since = shards, since
 
     def setup(self) -> None:
@@ -80,9 +77,12 @@ class ReadAndSpill(beam.DoFn):
         if self.since is not None:  # starting from balances: the days before are in them
             keep = pc.and_(keep, pc.greater_equal(events["local_day"], pa.scalar(self.since, pa.date32())))
         events = events.filter(keep)
-        yield EVENTS_READ, events.num_rows
-        for ref in spill_by_account(events, self.spill_root, repr(unit), self.shards, "events"):
-            yield SPILLED, ref
+        # The count goes beside the spill, as a file, not through the pipeline: it must not depend on
+        # the runner's hand-over it checks (a rerun of the unit writes the same name again).
+        counted = pa.table({"events": pa.array([events.num_rows], pa.int64())})
+        name = hashlib.sha1(repr(unit).encode()).hexdigest()[:20]
+        lake.write_parquet(lake.join(self.stage_root, EVENTS_READ, f"unit-{name}.parquet"), counted)
+        yield from spill_by_account(events, self.spill_root, repr(unit), self.shards, "events")
 
 
 class SpillState(beam.DoFn):
@@ -211,9 +211,10 @@ class StageShardTable(beam.DoFn):
 class MeterQuota(beam.PTransform):
     """Read units of lake events (and stored balances to start from) -> per account shard, (kind,
     shard, table) for its billable usage ("billable"), local x UTC day tokens ("metered_days") and
-    pool balances ("pools"), and the events it allocated ("events_allocated"); once, the events it
-    read ("events_read", shard 0; none when there was nothing to read). The caller stages them
-    (``StageShardTable``), checks the counts agree and loads them."""
+    pool balances ("pools"), and the events it allocated ("events_allocated"); the caller stages them
+    (``StageShardTable``), checks the counts agree and loads them. The events it read are counted
+    beside the spill (``<stage>/events_read/``, a file per read unit; none when there was nothing to
+    read)."""
 
     def __init__(
         self,
@@ -238,13 +239,9 @@ class MeterQuota(beam.PTransform):
         # and compresses each DoFn on the driver, about a second for 100,000 accounts.
         accounts = lake.join(self.stage, "_accounts", "accounts.parquet")
         lake.write_parquet(accounts, self.accounts)
-        read = split(
-            units
-            | "ReadAndSpill" >> beam.ParDo(ReadAndSpill(accounts, self.last, self.stage, self.shards, since)),
-            "Read",
-            (SPILLED, EVENTS_READ),
+        refs = units | "ReadAndSpill" >> beam.ParDo(
+            ReadAndSpill(accounts, self.last, self.stage, self.shards, since)
         )
-        refs = read[SPILLED]
         if self.state_files:
             state = (
                 units.pipeline
@@ -258,14 +255,4 @@ class MeterQuota(beam.PTransform):
             | "AllocateShard"
             >> beam.ParDo(AllocateShard(self.catalog, self.first, self.last, self.stage, self.state_days))
         )
-        counted = (
-            read[EVENTS_READ]
-            | "KeyEventsRead" >> beam.Map(lambda count: (EVENTS_READ, count))
-            | "GroupEventsRead" >> beam.GroupByKey()
-            | "EventsReadAsTable" >> beam.MapTuple(_events_read)
-        )
-        return (allocated, counted) | "WithEventsRead" >> beam.Flatten()
-
-
-def _events_read(kind: str, counts: Iterable[int]) -> tuple[str, int, pa.Table]:
-    return kind, 0, pa.table({"events": pa.array([sum(counts)], pa.int64())})
+        return allocated
