@@ -442,7 +442,9 @@ def test_a_statement_timeout_ends_with_one_line_and_a_rollback(postgres_settings
     done = cli(s, "usage", "aggregate", "--date", DAYS[0], PGOPTIONS="-c statement_timeout=1")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "canceling statement due to statement timeout" in lines[0] or "timeout" in lines[0]
+    # PostgreSQL's own timeout, or the client's cancel of the same statement when it gives up first
+    # on a loaded machine ("canceling statement due to user request"): either way, one line.
+    assert "canceling statement due to" in lines[0] or "timeout" in lines[0], lines[0]
     assert _count(s.database_url, UsageDaily.__table__) == 0  # rolled back, nothing half loaded
     ok(s, "usage", "aggregate", "--date", DAYS[0])
     assert _count(s.database_url, UsageDaily.__table__) == before
