@@ -14,6 +14,12 @@ renames what a patch relies on fails there, by name, rather than somewhere deep 
   ``pandas_execution_engine.HASH_THRESHOLD`` to 0.
 - ``quiet_harness_tracebacks``: Beam's SDK harness prints a failed bundle's traceback with the builtin
   ``print``; a user error's is left to the command's one line (shadows ``sdk_worker.print``).
+- ``buffer_by_size_only``: with ``direct_running_mode=multi_threading`` Beam's SDK harness flushes each
+  output stream from a timer thread every second (``TimeBasedBufferingClosableOutputStream``) while
+  the bundle's thread writes to the same buffer without a lock: elements written between the flush's
+  read of the buffer and its clear are dropped without an error (thousands of a few million, run to
+  run). Streams flush by size and on close only (``data_plane.ClosableOutputStream.create``): the
+  timer exists for a streaming job's latency, which a batch run does not need.
 - ``ClickException``: what Typer raises for a usage mistake (``typer._click``, Typer's vendored Click).
 - ``exit_now``: leave without the interpreter's teardown, exit handlers first (``atexit._run_exitfuncs``,
   ``os._exit``).
@@ -34,6 +40,7 @@ from pipelines.settings import s3_checksums_when_required
 
 __all__ = [
     "ClickException",
+    "buffer_by_size_only",
     "exit_now",
     "filesystem_options",
     "quiet_harness_tracebacks",
@@ -138,6 +145,17 @@ def skip_gx_fingerprints() -> None:
     from great_expectations.execution_engine import pandas_execution_engine  # lazy: great_expectations
 
     pandas_execution_engine.HASH_THRESHOLD = 0
+
+
+def buffer_by_size_only() -> None:
+    """Every output stream of Beam's data plane flushed by size and on close, never by a timer."""
+    from apache_beam.runners.worker import data_plane  # lazy: apache_beam
+
+    def create(close_callback, flush_callback, data_buffer_time_limit_ms=0):
+        stream = data_plane.SizeBasedBufferingClosableOutputStream
+        return stream(close_callback, flush_callback=flush_callback)
+
+    data_plane.ClosableOutputStream.create = staticmethod(create)  # type: ignore[method-assign]
 
 
 def quiet_harness_tracebacks(print_function: Callable[..., None]) -> None:

@@ -82,7 +82,10 @@ def _on_dask(flags: list[str]) -> bool:
 
 
 def make_pipeline(options: PipelineOptions):
-    """A Beam pipeline for ``options``; an unknown ``--runner`` is a user error, not a traceback."""
+    """A Beam pipeline for ``options``; an unknown ``--runner`` is a user error, not a traceback.
+    Threaded runs flush their data streams by size only: a timed flush drops elements
+    (``compat.buffer_by_size_only``)."""
+    compat.buffer_by_size_only()
     try:
         return beam.Pipeline(options=options)
     except ValueError as exc:

@@ -142,3 +142,35 @@ def test_acero_copies_misaligned_buffers_when_dask_workers_set_their_default(mon
     assert plain.returncode == realigned.returncode == 0
     assert "poorly aligned" in plain.stderr and "poorly aligned" not in realigned.stderr
     assert plain.stdout == realigned.stdout and "499500" in plain.stdout
+
+
+def test_beams_timed_flush_drops_what_a_bundle_writes_during_it_and_ours_has_no_timer():
+    from apache_beam.runners.worker import data_plane
+
+    # Beam's timed stream: the timer thread's flush reads the buffer, hands it on, then clears it. A
+    # bundle thread writing in between (it takes no lock) loses its bytes: here the write is made
+    # from inside the flush callback, where the race puts it.
+    sent: list[bytes] = []
+
+    def flush_callback(data: bytes) -> None:
+        sent.append(data)
+        if len(sent) == 1:
+            stream.write(b"written-during-flush")
+
+    stream = data_plane.TimeBasedBufferingClosableOutputStream(
+        close_callback=sent.append, flush_callback=flush_callback, time_flush_threshold_ms=60_000
+    )
+    stream.write(b"first")
+    stream.flush()
+    stream.close()
+    assert b"".join(sent) == b"first"  # the second write is gone, without an error
+
+    # The data plane makes its streams through this factory; ours flush by size and on close only.
+    assert "ClosableOutputStream.create(" in inspect.getsource(data_plane._GrpcDataChannel)
+    compat.buffer_by_size_only()
+    made = data_plane.ClosableOutputStream.create(sent.append, sent.append, 1000)
+    assert type(made) is data_plane.SizeBasedBufferingClosableOutputStream
+    sent.clear()
+    made.write(b"a")
+    made.close()
+    assert sent == [b"a"]
