@@ -185,35 +185,78 @@ def request_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
 
 
 COST_SLICE = 1 << 20  # requests priced at once: the decimal arrays of a slice, not of the week
+PAIR_SCHEMA = pa.schema(
+    [
+        ("_task", pa.int64()),  # the outcome's row in the week's outcomes
+        ("model", pa.string()),
+        ("speed_tier", pa.string()),
+        ("output", pa.int64()),  # output tokens (the attribution's measure), summed
+        ("duration_ms", pa.int64()),  # null counts 0
+        ("cost", COST),
+    ]
+)
 
 
-def task_costs(joined: pa.Table, catalog: Catalog) -> pa.Array:
-    """Per task with requests, in task order (``_task`` ascending): its requests' ``request_costs``
-    summed, exact; priced a slice of requests at a time."""
+def task_pairs(joined: pa.Table, catalog: Catalog) -> pa.Table:
+    """Per (task, model, tier) among the ``joined`` requests (``PAIR_SCHEMA``): output tokens,
+    duration_ms and token cost, each summed exactly; priced a slice of requests at a time. Partial:
+    the pairs of any split of a week's requests, concatenated, ``tasks_from_pairs`` the same tasks."""
     parts = []
     for start in range(0, joined.num_rows, COST_SLICE):
         part = joined.slice(start, COST_SLICE)
-        priced = pa.table({"_task": part["_task"], "cost": request_costs(part, catalog)})
-        parts.append(priced.group_by("_task").aggregate([("cost", "sum")]).rename_columns(["_task", "cost"]))
-    summed = pa.concat_tables(parts).group_by("_task").aggregate([("cost", "sum")]).sort_by("_task")
-    return summed["cost_sum"].combine_chunks().cast(COST)
+        models, model_names = _codes(part["model"])
+        tiers, tier_names = _codes(part["speed_tier"])
+        pair = models.astype(np.int64) * len(tier_names) + tiers
+        priced = pa.table(
+            {
+                "_task": part["_task"],
+                "pair": pa.array(pair),
+                "output": part[tokens.timed_field()].cast(pa.int64()),
+                "duration_ms": pc.fill_null(part["duration_ms"], 0).cast(pa.int64()),
+                "cost": request_costs(part, catalog),
+            }
+        )
+        summed = priced.group_by(["_task", "pair"]).aggregate(
+            [("output", "sum"), ("duration_ms", "sum"), ("cost", "sum")]
+        )
+        code = summed["pair"].to_numpy()
+        names = pa.array(model_names, pa.string()), pa.array(tier_names, pa.string())
+        parts.append(
+            pa.Table.from_arrays(
+                [
+                    summed["_task"],
+                    names[0].take(pa.array(code // len(tier_names))),
+                    names[1].take(pa.array(code % len(tier_names))),
+                    summed["output_sum"],
+                    summed["duration_ms_sum"],
+                    summed["cost_sum"].cast(COST),
+                ],
+                schema=PAIR_SCHEMA,
+            )
+        )
+    return pa.concat_tables(parts) if parts else PAIR_SCHEMA.empty_table()
 
 
 def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
     """One row per outcome with at least one request (``TASK_SCHEMA``): its attribution and figures."""
-    if joined.num_rows == 0:
+    return tasks_from_pairs(outcomes, task_pairs(joined, catalog), catalog)
+
+
+def tasks_from_pairs(outcomes: pa.Table, pairs: pa.Table, catalog: Catalog) -> pa.Table:
+    """``tasks`` from the ``task_pairs`` of the week's requests (of one set, or of several parts
+    concatenated: a (task, model, tier) may come in more than one row)."""
+    if pairs.num_rows == 0:
         return TASK_SCHEMA.empty_table()
-    costs = task_costs(joined, catalog)  # first: its slices' arrays are gone before the rest are made
-    task = joined["_task"].to_numpy()
-    models, model_names = _codes(joined["model"])
-    tier_codes, seen = _codes(joined["speed_tier"])
+    task = pairs["_task"].to_numpy()
+    models, model_names = _codes(pairs["model"])
+    tier_codes, seen = _codes(pairs["speed_tier"])
     # slowest first; a tier the catalog no longer lists (events from before it was removed) after them
     tiers = (*catalog.tier_ids, *sorted(t for t in seen if t not in catalog.tier_ids))
     rank = np.array([tiers.index(t) for t in seen], np.int64)[tier_codes]
     pairs_per_task = len(model_names) * len(tiers)
     pair = models.astype(np.int64) * len(tiers) + rank  # sorted model ids, then slower tiers first
     distinct, inverse = np.unique(task * pairs_per_task + pair, return_inverse=True)
-    output = _sum_by(inverse, joined[tokens.timed_field()].to_numpy(), len(distinct))
+    output = _sum_by(inverse, pairs["output"].to_numpy(), len(distinct))
     pair_task, pair_code = distinct // pairs_per_task, distinct % pairs_per_task
     # Per task: most output tokens first, then the lower model id, then the slower tier.
     order = np.lexsort((pair_code, -output, pair_task))
@@ -225,8 +268,9 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
     mixed = np.bincount(place[pair_task], minlength=len(ids)) > 1
     chosen = pair_code[first]
     slot = place[task]
-    duration = pc.fill_null(joined["duration_ms"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    model_ms = _sum_by(slot, duration, len(ids))
+    model_ms = _sum_by(slot, pairs["duration_ms"].to_numpy(), len(ids))
+    costs = pa.table({"_task": pairs["_task"], "cost": pairs["cost"]})
+    costs = costs.group_by("_task").aggregate([("cost", "sum")]).sort_by("_task")["cost_sum"]
     out = outcomes.take(pa.array(ids))
     outcome = _plain(out["outcome"])
     rework = out["rework"].combine_chunks() if isinstance(out["rework"], pa.ChunkedArray) else out["rework"]
@@ -249,7 +293,7 @@ def tasks(outcomes: pa.Table, joined: pa.Table, catalog: Catalog) -> pa.Table:
             pa.array(span_us),
             pa.array(model_ms),
             out["rework_ms"].cast(pa.int64()),
-            costs,
+            costs.combine_chunks().cast(COST),
         ],
         schema=TASK_SCHEMA,
     )

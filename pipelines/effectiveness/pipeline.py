@@ -3,13 +3,15 @@
     usage-billing effectiveness compute --from 2026-08-03 --to 2026-08-30
     usage-billing effectiveness compute            # the weeks that changed since they were computed
 
-One element per ISO week (UTC, by completed_at). A DoFn reads the week's outcomes and, with Arrow's
-pushdown, the requests of those tasks from the event partitions of the dates their tasks span; the
-join, the attribution and the figures are Arrow and numpy (``billing.effectiveness``), so memory is
-one week's tasks whatever the number of weeks. Each week's tasks (``lake/tasks/date=<Monday>/``) and
-groups are staged from ``process`` (runner-portable); the driver commits the task partitions and
-replaces the weeks' rows in ``task_effectiveness`` and ``effectiveness_weeks`` in one transaction,
-with the queue rows the run covered. A rerun gives the same rows.
+One element per ISO week (UTC, by completed_at), computed in parts spread over the workers
+(``weeks``): the week's outcomes are staged once, each part of its request files is read with Arrow's
+pushdown and summed per (task, model, tier), and the week is finished from the parts' sums; the join,
+the attribution and the figures are Arrow and numpy (``billing.effectiveness``), so memory is one
+part's requests and one week's tasks whatever the number of weeks. Each week's tasks
+(``lake/tasks/date=<Monday>/``) and groups are staged from ``process`` (runner-portable); the driver
+commits the task partitions and replaces the weeks' rows in ``task_effectiveness`` and
+``effectiveness_weeks`` in one transaction, with the queue rows the run covered. A rerun gives the
+same rows.
 """
 
 from __future__ import annotations
@@ -24,161 +26,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, delete, select
 
-from billing import effectiveness as eff
 from billing.calendar import monday
-from billing.effectiveness_groups import group_metrics
 from pipelines import lake
+from pipelines.effectiveness.weeks import (
+    GROUP_SCHEMA,
+    TASKS,
+    WEEK_SCHEMA,
+    Held,
+    WeeklyEffectiveness,
+    held_partitions,
+)
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.context import RunContext, StepOptions, split_argv
 from pipelines.runtime.dates import dates_of
-from pipelines.runtime.options import run_pipeline
+from pipelines.runtime.options import parallel_tasks, run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.warehouse.binding import require_lake
 from pipelines.warehouse.engine import insert_arrow
-from pipelines.warehouse.gate import held_back
 from pipelines.warehouse.locks import Fence, database_lock, step_lock
-from schemas.catalog import Catalog
-from schemas.events import LAKE_SCHEMA, utc_date
-from schemas.lake import AMOUNT
+from schemas.events import utc_date
 from schemas.outcomes import MAX_TASK_DAYS, OUTCOME_LAKE_SCHEMA
 from schemas.warehouse import EffectivenessQueue, EffectivenessWeek, TaskEffectiveness
 
 log = logging.getLogger(__name__)
 
 STEP = "effectiveness"
-MS = pa.decimal128(20, 3)  # milliseconds of a microsecond span, exact
-TASKS = (
-    "tasks"  # lake/tasks/date=<week start>/: one row per task of the week (billing.effectiveness.TASK_SCHEMA)
-)
-GROUP_SCHEMA = pa.schema(
-    [
-        ("week_start", pa.date32()),
-        ("model", pa.string()),
-        ("speed_tier", pa.string()),
-        ("task_class", pa.string()),
-        ("tasks", pa.int64()),
-        ("one_pass", pa.int64()),
-        ("reworked", pa.int64()),
-        ("abandoned", pa.int64()),
-        ("mixed", pa.int64()),
-        ("one_pass_rate", pa.float64()),
-        ("rework_share", pa.float64()),
-        ("abandon_share", pa.float64()),
-        ("e2e_ms_mean", pa.int64()),
-        ("e2e_ms_p50", MS),
-        ("e2e_ms_p90", MS),
-        ("model_ms_mean", pa.int64()),
-        ("rework_ms_total", pa.int64()),
-        ("token_cost", AMOUNT),
-        ("rework_cost", AMOUNT),
-        ("cost_per_accepted_task", AMOUNT),
-    ]
-)
-WEEK_SCHEMA = pa.schema(
-    [
-        ("week_start", pa.date32()),
-        ("outcomes", pa.int64()),
-        ("tasks", pa.int64()),
-        ("orphan_outcomes", pa.int64()),
-    ]
-)
-
-
-def week_dates(week: dt.date) -> list[dt.date]:
-    return [week + dt.timedelta(days=i) for i in range(7)]
-
-
-Held = frozenset[tuple[str, dt.date]]  # (dataset, UTC date) partitions the data-quality gate holds back
-
-
-def partition_files(
-    lake_root: str, dataset: str, dates: list[dt.date], held: Held = frozenset()
-) -> list[str]:
-    """The files of the partitions of ``dates`` that exist and the gate lets through."""
-    committed = set(lake.partition_dates(lake_root, dataset))
-    return [
-        f
-        for d in dates
-        if d in committed and (dataset, d) not in held
-        for f in lake.list_files(lake.partition(lake_root, dataset, d))
-    ]
-
-
-def held_partitions(engine: Engine) -> Held:
-    return frozenset(
-        (dataset, d) for dataset in (lake.EVENTS, lake.OUTCOMES) for d in held_back(engine, dataset)
-    )
-
-
-def week_outcomes(lake_root: str, week: dt.date, held: Held = frozenset()) -> pa.Table:
-    """The outcomes completed in the ISO week starting ``week`` (UTC)."""
-    files = partition_files(lake_root, lake.OUTCOMES, week_dates(week), held)
-    return lake.scan(files, list(eff.OUTCOME_COLUMNS), pc.scalar(True), OUTCOME_LAKE_SCHEMA)
-
-
-def requests_for(lake_root: str, outcomes: pa.Table, held: Held = frozenset()) -> pa.Table:
-    """The clean events that carry one of the outcomes' task ids, on the UTC dates their tasks span."""
-    if outcomes.num_rows == 0:
-        return pa.schema([LAKE_SCHEMA.field(c) for c in eff.REQUEST_COLUMNS]).empty_table()
-    first = pc.min(utc_date(outcomes["started_at"])).as_py()
-    last = pc.max(utc_date(outcomes["completed_at"])).as_py()
-    dates = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    ids = pc.unique(outcomes["task_id"].combine_chunks())
-    where = pc.field("task_id").isin(ids)
-    files = partition_files(lake_root, lake.EVENTS, dates, held)
-    return lake.scan(files, list(eff.REQUEST_COLUMNS), where, LAKE_SCHEMA, ["model", "speed_tier"])
-
-
-def compute_week(
-    lake_root: str, catalog: Catalog, week: dt.date, held: Held = frozenset()
-) -> tuple[pa.Table, pa.Table, dict]:
-    """(the week's tasks, its groups as ``GROUP_SCHEMA``, its counts) from the lake, but for the
-    partitions the gate holds back (``held``)."""
-    outcomes = week_outcomes(lake_root, week, held)
-    joined = eff.task_requests(outcomes, requests_for(lake_root, outcomes, held))
-    tasks = eff.tasks(outcomes, joined, catalog)
-    groups = group_metrics(tasks, catalog.effectiveness.per_hour)
-    counts = {
-        "week_start": week,
-        "outcomes": outcomes.num_rows,
-        "tasks": tasks.num_rows,
-        "orphan_outcomes": outcomes.num_rows - tasks.num_rows,
-    }
-    return tasks, pa.Table.from_pylist(groups, schema=GROUP_SCHEMA), counts
-
-
-class ComputeWeek(beam.DoFn):
-    """One ISO week -> its tasks, groups and counts staged in the run's folder."""
-
-    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
-        self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
-
-    def process(self, week: dt.date):
-        tasks, groups, counts = compute_week(self.lake_root, self.catalog, week, self.held)
-        if tasks.num_rows:
-            lake.write_parquet(
-                lake.join(lake.partition(self.stage_root, TASKS, week), "part-0000.parquet"), tasks
-            )
-        lake.write_parquet(
-            lake.join(lake.partition(self.stage_root, "groups", week), "part-0000.parquet"), groups
-        )
-        counts_table = pa.Table.from_pylist([counts], schema=WEEK_SCHEMA)
-        lake.write_parquet(
-            lake.join(lake.partition(self.stage_root, "weeks", week), "part-0000.parquet"), counts_table
-        )
-        yield week
-
-
-class WeeklyEffectiveness(beam.PTransform):
-    """ISO weeks (Mondays) -> the weeks staged (tasks, groups, counts) under ``stage_root``."""
-
-    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
-        super().__init__()
-        self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
-
-    def expand(self, weeks):
-        compute = ComputeWeek(self.lake_root, self.stage_root, self.catalog, self.held)
-        return weeks | "Reshuffle" >> beam.Reshuffle() | "ComputeWeek" >> beam.ParDo(compute)
 
 
 # -- which weeks a changed date reaches --------------------------------------------------------
@@ -325,11 +197,13 @@ def _compute(
     run_id = options.run_id or new_run_id("effectiveness")
     stage = fresh_stage(context.lake, run_id, STEP)
     try:
-        with run_pipeline(context.beam_options()) as p:
+        beam_options = context.beam_options()
+        parts = parallel_tasks(beam_options)
+        with run_pipeline(beam_options) as p:
             _ = (
                 p
                 | "Weeks" >> beam.Create(weeks)
-                | "WeeklyEffectiveness" >> WeeklyEffectiveness(context.lake, stage, catalog, held)
+                | "WeeklyEffectiveness" >> WeeklyEffectiveness(context.lake, stage, catalog, held, parts)
             )
         groups = _read(stage, "groups", weeks, GROUP_SCHEMA)
         counts = _read(stage, "weeks", weeks, WEEK_SCHEMA)

@@ -31,7 +31,7 @@ from billing.effectiveness_groups import cents, group_metrics, half_up, wilson
 from pipelines import lake
 from pipelines.effectiveness.figures import ALL_TIERS, head_to_head, sentence
 from pipelines.effectiveness.html import markdown, page
-from pipelines.effectiveness.pipeline import TASKS, Held, held_partitions, partition_files, week_dates
+from pipelines.effectiveness.weeks import TASKS, Held, held_partitions, partition_files, week_dates
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.outputs import write_text
 from schemas.catalog import Catalog

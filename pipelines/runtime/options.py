@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipelines.errors import UsageBillingError, user_error_in, without_step
 from pipelines.lake.paths import set_filesystem_options
@@ -71,6 +71,21 @@ def on_dask(options: PipelineOptions) -> bool:
     """Whether ``options`` run pipelines on Beam's DaskRunner."""
     runner = options.view_as(StandardOptions).runner
     return _on_dask([f"--runner={runner}"] if runner else [])
+
+
+def parallel_tasks(options: PipelineOptions) -> int:
+    """How many tasks of a pipeline run at once: the Dask cluster's worker threads (``prepare_workers``
+    asks for ``PARTITIONS_PER_THREAD`` partitions per thread), or the in-process runner's threads."""
+    if on_dask(options):
+        from apache_beam.runners.dask.dask_runner import DaskOptions  # lazy: dask
+
+        from pipelines.runtime.dask import PARTITIONS_PER_THREAD  # lazy: distributed
+
+        return max(1, (options.view_as(DaskOptions).npartitions or 0) // PARTITIONS_PER_THREAD)
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode in ("multi_threading", "multi_processing"):
+        return max(1, direct.direct_num_workers or 1)
+    return 1
 
 
 def _on_dask(flags: list[str]) -> bool:

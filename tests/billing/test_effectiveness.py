@@ -270,6 +270,16 @@ def test_random_tasks_match_the_reference(catalog):
                 )
             )
     tasks, groups = compute(outcomes, requests, catalog, Decimal("87.35"))
+    # the requests in three parts, each joined and summed alone (a worker per part): the same tasks
+    o = pa.Table.from_pylist(outcomes, schema=OUTCOME_SCHEMA)
+    part = rng.integers(0, 3, len(requests))
+    pairs = []
+    for k in range(3):
+        mine = pa.Table.from_pylist(
+            [r for r, p in zip(requests, part, strict=True) if p == k], schema=REQUEST_SCHEMA
+        )
+        pairs.append(eff.task_pairs(eff.task_requests(o, mine), catalog))
+    assert eff.tasks_from_pairs(o, pa.concat_tables(pairs), catalog).equals(tasks)
     want_tasks, orphans = ref.task_rows(outcomes, requests, catalog)
     assert tasks.num_rows == len(want_tasks) and len(outcomes) - tasks.num_rows == orphans > 0
     want = ref.groups(want_tasks, Decimal("87.35"))

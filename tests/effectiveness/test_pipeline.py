@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from pipelines.effectiveness import pipeline, report
+from pipelines.effectiveness import pipeline, report, weeks
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
 from pipelines.settings import Settings
@@ -24,6 +24,7 @@ from schemas.warehouse import EffectivenessWeek, TaskEffectiveness
 from tests import reference_effectiveness as ref
 from tests.conftest import CATALOG_PATH, run_day, table_rows
 
+_split = weeks.split
 CFG = GeneratorConfig(
     start=dt.date(2026, 8, 10), days=14, accounts=120, events_per_day=900, seed=5, late_rate=0.01
 )
@@ -124,10 +125,24 @@ def test_the_story_the_generator_tells(computed):
     assert without < total(flagship, "multi_file")["e2e_without_rework"]  # faster, leaving rework out
 
 
-def test_rerunning_changes_no_row(computed):
+def test_rerunning_changes_no_row(computed, monkeypatch):
     settings, _ = computed
     before = [r[:-1] for r in table_rows(settings.database_url, TaskEffectiveness)]  # all but computed_at
-    assert pipeline.main([*settings.argv(), "--from", str(WEEKS[0]), "--to", str(DATES[-1])]) == WEEKS
+    # the rerun on three threads computes each week in parts (three or more), of two files at most
+    monkeypatch.setattr(weeks, "PART_FILES", 2)
+    planned: list[int] = []
+
+    def spy(files: list[str], n: int) -> list[list[str]]:
+        parts = _split(files, n)
+        planned.append(len(parts))
+        assert n == 3 and max(len(p) for p in parts) <= 2
+        return parts
+
+    monkeypatch.setattr(weeks, "split", spy)
+    threads = ["--direct_running_mode=multi_threading", "--direct_num_workers=3"]
+    argv = [*settings.argv(), "--from", str(WEEKS[0]), "--to", str(DATES[-1]), *threads]
+    assert pipeline.main(argv) == WEEKS
+    assert len(planned) == len(WEEKS) and min(planned) >= 3
     assert [r[:-1] for r in table_rows(settings.database_url, TaskEffectiveness)] == before
     assert pipeline.main(settings.argv()) == []  # nothing queued: nothing to do
 
