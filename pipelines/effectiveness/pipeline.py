@@ -35,6 +35,7 @@ from pipelines.effectiveness.weeks import (
     Held,
     WeeklyEffectiveness,
     held_partitions,
+    parts_of,
 )
 from pipelines.errors import UsageBillingError
 from pipelines.runtime.context import RunContext, StepOptions, split_argv
@@ -202,8 +203,8 @@ def _compute(
         with run_pipeline(beam_options) as p:
             _ = (
                 p
-                | "Weeks" >> beam.Create(weeks)
-                | "WeeklyEffectiveness" >> WeeklyEffectiveness(context.lake, stage, catalog, held, parts)
+                | "Parts" >> beam.Create(parts_of(weeks, parts))
+                | "WeeklyEffectiveness" >> WeeklyEffectiveness(context.lake, stage, catalog, held)
             )
         groups = _read(stage, "groups", weeks, GROUP_SCHEMA)
         counts = _read(stage, "weeks", weeks, WEEK_SCHEMA)

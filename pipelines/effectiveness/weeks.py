@@ -1,23 +1,24 @@
 """One ISO week's effectiveness, computed in parts that any worker can take.
 
-A week is three steps, each staged under the run's folder (runner-portable, nothing large crosses
-between tasks but file names):
+A week is ``parts`` elements from the start (``parts_of``: one per task the runner runs at once) and
+two steps, each staged under the run's folder (nothing large crosses between tasks but file names):
 
-1. ``PlanWeek`` (one task a week): the week's outcomes are read once and staged
-   (``outcomes/date=<Monday>/``); the event files of the dates their tasks span are cut into parts
-   of ``PART_FILES`` files.
-2. ``PairsOfPart`` (one task per part, spread over the workers): a part's requests of the week's
-   tasks (Arrow's pushdown on task_id), joined to the staged outcomes and summed per (task, model,
-   tier): ``billing.effectiveness.task_pairs``, staged as ``pairs/date=<Monday>/part-<i>.parquet``.
-   This is where the events are read: the step's cost.
-3. ``FinishWeek`` (one task a week, once every part is staged): the pairs of all parts ->
+1. ``PairsOfPart`` (one task per part, spread over the workers): the week's outcomes' keys, the event
+   files of the dates their tasks span, and of those the part's share, read ``PART_FILES`` files at a
+   time; its requests joined to the outcomes and summed per (task, model, tier)
+   (``billing.effectiveness.task_pairs``), staged as ``pairs/date=<Monday>/part-<i>.parquet``. This
+   is where the events are read: the step's cost.
+2. ``FinishWeek`` (one task a week, once every part is staged): the pairs of all parts ->
    ``billing.effectiveness.tasks_from_pairs`` (the same tasks as from all requests at once: the sums
-   are exact and add up), its groups and counts, staged for the driver to commit.
+   are exact and add up), its groups and counts, staged for the driver to commit. Every part numbers
+   tasks by their row in the week's outcomes, so each records a stamp of the outcome files it read and
+   the week stops with an error unless all of them, and this task's before and after its read, agree.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
 import apache_beam as beam
 import pyarrow as pa
@@ -99,12 +100,6 @@ def held_partitions(engine: Engine) -> Held:
     )
 
 
-def week_outcomes(lake_root: str, week: dt.date, held: Held = frozenset()) -> pa.Table:
-    """The outcomes completed in the ISO week starting ``week`` (UTC)."""
-    files = partition_files(lake_root, lake.OUTCOMES, week_dates(week), held)
-    return lake.scan(files, list(eff.OUTCOME_COLUMNS), pc.scalar(True), OUTCOME_LAKE_SCHEMA)
-
-
 def request_files(lake_root: str, outcomes: pa.Table, held: Held = frozenset()) -> list[str]:
     """The event files of the UTC dates the outcomes' tasks span."""
     if outcomes.num_rows == 0:
@@ -126,61 +121,66 @@ def requests_in(files: list[str]) -> pa.Table:
 
 
 def split(files: list[str], parts: int) -> list[list[str]]:
-    """``files`` in at least ``parts`` runs of neighbours (as even as they come), none longer than
-    ``PART_FILES``; one empty part when there is no file."""
-    if not files:
-        return [[]]
-    n = min(len(files), max(parts, -(-len(files) // PART_FILES)))
-    return [files[i * len(files) // n : (i + 1) * len(files) // n] for i in range(n)]
+    """``files`` in ``parts`` runs of neighbours, as even as they come (some empty when there are fewer
+    files than parts)."""
+    return [files[i * len(files) // parts : (i + 1) * len(files) // parts] for i in range(parts)]
 
 
 def _staged(stage_root: str, name: str, week: dt.date, part: int = 0) -> str:
     return lake.join(lake.partition(stage_root, name, week), f"part-{part:04d}.parquet")
 
 
-class PlanWeek(beam.DoFn):
-    """A week -> its outcomes staged; (week, (part, parts, files)) per part of its request files."""
+def _stamp(lake_root: str, week: dt.date, held: Held) -> tuple[list[str], str]:
+    """The week's outcome files and a stamp of them (their names, sizes and times)."""
+    files = partition_files(lake_root, lake.OUTCOMES, week_dates(week), held)
+    return files, hashlib.sha256(repr(lake.stamps(files)).encode()).hexdigest()
 
-    def __init__(self, lake_root: str, stage_root: str, held: Held = frozenset(), parts: int = 1) -> None:
-        self.lake_root, self.stage_root, self.held, self.parts = lake_root, stage_root, held, parts
 
-    def process(self, week: dt.date):
-        outcomes = week_outcomes(self.lake_root, week, self.held)
-        lake.write_parquet(_staged(self.stage_root, "outcomes", week), outcomes)
-        files = request_files(self.lake_root, outcomes, self.held)
-        parts = split(files, self.parts)
-        for i, part in enumerate(parts):
-            yield week, (i, len(parts), part)
+def _outcomes(lake_root: str, week: dt.date, held: Held, columns: list[str]) -> tuple[pa.Table, str]:
+    """The week's outcomes (``columns``) and the stamp of their files taken before reading: every task
+    of a week must see the same outcomes, whose rows its pairs number."""
+    files, stamp = _stamp(lake_root, week, held)
+    return lake.scan(files, columns, pc.scalar(True), OUTCOME_LAKE_SCHEMA), stamp
 
 
 class PairsOfPart(beam.DoFn):
-    """(week, (part, parts, files)) -> the part's ``task_pairs`` staged; (the week's ISO date, (part,
-    parts))."""
+    """(week, part, parts) -> the ``task_pairs`` of the part's share of the week's request files,
+    staged (``PART_FILES`` files read at a time); (the week's ISO date, (part, parts, stamp))."""
 
-    def __init__(self, stage_root: str, catalog: Catalog) -> None:
-        self.stage_root, self.catalog = stage_root, catalog
+    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
+        self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
 
     def process(self, element):
-        week, (i, n, files) = element
-        keys = lake.read_parquet(_staged(self.stage_root, "outcomes", week), columns=JOIN_COLUMNS)
-        joined = eff.task_requests(keys, requests_in(files) if keys.num_rows else requests_in([]))
-        lake.write_parquet(_staged(self.stage_root, "pairs", week, i), eff.task_pairs(joined, self.catalog))
-        yield week.isoformat(), (i, n)  # a key Beam encodes deterministically (a date it does not)
+        week, i, n = element
+        keys, stamp = _outcomes(self.lake_root, week, self.held, JOIN_COLUMNS)
+        mine = split(request_files(self.lake_root, keys, self.held), n)[i]
+        pairs = [
+            eff.task_pairs(eff.task_requests(keys, requests_in(mine[at : at + PART_FILES])), self.catalog)
+            for at in range(0, len(mine), PART_FILES)
+        ]
+        staged = pa.concat_tables(pairs) if pairs else eff.PAIR_SCHEMA.empty_table()
+        lake.write_parquet(_staged(self.stage_root, "pairs", week, i), staged)
+        yield week.isoformat(), (i, n, stamp)  # a key Beam encodes deterministically (a date it does not)
 
 
 class FinishWeek(beam.DoFn):
     """(week, its staged parts) -> the week's tasks, groups and counts staged; the week."""
 
-    def __init__(self, stage_root: str, catalog: Catalog) -> None:
-        self.stage_root, self.catalog = stage_root, catalog
+    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
+        self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
 
     def process(self, element):
         day, done = element
         week, done = dt.date.fromisoformat(day), sorted(done)
         n = done[0][1]
-        if [i for i, _ in done] != list(range(n)):
+        if [i for i, _, _ in done] != list(range(n)):
             raise UsageBillingError(f"effectiveness: week {week}: {len(done)} of {n} parts were staged")
-        outcomes = lake.read_parquet(_staged(self.stage_root, "outcomes", week))
+        outcomes, before = _outcomes(self.lake_root, week, self.held, list(eff.OUTCOME_COLUMNS))
+        _, after = _stamp(self.lake_root, week, self.held)
+        if {before, after} != {stamp for _, _, stamp in done}:
+            raise UsageBillingError(
+                f"effectiveness: week {week}: its task outcomes changed while it was computed; run it again"
+            )
         pairs = lake.read_parquet_files([_staged(self.stage_root, "pairs", week, i) for i in range(n)])
         tasks = eff.tasks_from_pairs(outcomes, pa.concat_tables(pairs), self.catalog)
         groups = pa.Table.from_pylist(
@@ -202,22 +202,25 @@ class FinishWeek(beam.DoFn):
 
 
 class WeeklyEffectiveness(beam.PTransform):
-    """ISO weeks (Mondays) -> the weeks staged (tasks, groups, counts) under ``stage_root``."""
+    """(week, part, parts) elements (``parts_of``) -> the weeks staged (tasks, groups, counts) under
+    ``stage_root``."""
 
-    def __init__(
-        self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset(), parts: int = 1
-    ) -> None:
+    def __init__(self, lake_root: str, stage_root: str, catalog: Catalog, held: Held = frozenset()) -> None:
         super().__init__()
         self.lake_root, self.stage_root, self.catalog, self.held = lake_root, stage_root, catalog, held
-        self.parts = parts  # a week in at least this many parts: the tasks the runner runs at once
 
-    def expand(self, weeks):
+    def expand(self, parts):
+        pairs = PairsOfPart(self.lake_root, self.stage_root, self.catalog, self.held)
         return (
-            weeks
+            parts
             | "Reshuffle" >> beam.Reshuffle()
-            | "PlanWeek" >> beam.ParDo(PlanWeek(self.lake_root, self.stage_root, self.held, self.parts))
-            | "SpreadParts" >> beam.Reshuffle()
-            | "PairsOfPart" >> beam.ParDo(PairsOfPart(self.stage_root, self.catalog))
+            | "PairsOfPart" >> beam.ParDo(pairs)
             | "PartsOfWeek" >> beam.GroupByKey()
-            | "FinishWeek" >> beam.ParDo(FinishWeek(self.stage_root, self.catalog))
+            | "FinishWeek" >> beam.ParDo(FinishWeek(self.lake_root, self.stage_root, self.catalog, self.held))
         )
+
+
+def parts_of(weeks: list[dt.date], parts: int) -> list[tuple[dt.date, int, int]]:
+    """Each week's parts as the pipeline's first elements: the DaskRunner keeps a step's partitions, so
+    parts made inside one task would all run in that task's partition, one after another."""
+    return [(week, i, parts) for week in weeks for i in range(parts)]

@@ -15,6 +15,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from pipelines.effectiveness import pipeline, report, weeks
+from pipelines.errors import UsageBillingError
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import write_landing
 from pipelines.settings import Settings
@@ -128,21 +129,19 @@ def test_the_story_the_generator_tells(computed):
 def test_rerunning_changes_no_row(computed, monkeypatch):
     settings, _ = computed
     before = [r[:-1] for r in table_rows(settings.database_url, TaskEffectiveness)]  # all but computed_at
-    # the rerun on three threads computes each week in parts (three or more), of two files at most
+    # the rerun on three threads computes each week in three parts, each reading two files at a time
     monkeypatch.setattr(weeks, "PART_FILES", 2)
     planned: list[int] = []
 
     def spy(files: list[str], n: int) -> list[list[str]]:
-        parts = _split(files, n)
-        planned.append(len(parts))
-        assert n == 3 and max(len(p) for p in parts) <= 2
-        return parts
+        planned.append(n)
+        return _split(files, n)
 
     monkeypatch.setattr(weeks, "split", spy)
     threads = ["--direct_running_mode=multi_threading", "--direct_num_workers=3"]
     argv = [*settings.argv(), "--from", str(WEEKS[0]), "--to", str(DATES[-1]), *threads]
     assert pipeline.main(argv) == WEEKS
-    assert len(planned) == len(WEEKS) and min(planned) >= 3
+    assert planned == [3] * 3 * len(WEEKS)
     assert [r[:-1] for r in table_rows(settings.database_url, TaskEffectiveness)] == before
     assert pipeline.main(settings.argv()) == []  # nothing queued: nothing to do
 
@@ -336,3 +335,11 @@ def test_the_page_shows_the_rates_times_and_costs_as_drawn(computed, catalog, tm
     item = next(i for i in built.view.head_to_head if i["task_class"] == "multi_file")
     assert " ".join(page.sentence(item, "USD").split()) in text
     assert "Rework is costed at USD 90.00 per hour" in text and "{" not in text
+
+
+def test_a_week_whose_outcomes_changed_under_its_parts_stops(tmp_path, catalog):
+    finish = weeks.FinishWeek(str(tmp_path / "lake"), str(tmp_path / "stage"), catalog)
+    with pytest.raises(UsageBillingError, match="outcomes changed while it was computed"):
+        list(finish.process((WEEKS[0].isoformat(), [(0, 1, "a stamp of other files")])))
+    with pytest.raises(UsageBillingError, match="1 of 2 parts were staged"):
+        list(finish.process((WEEKS[0].isoformat(), [(1, 2, "")])))
