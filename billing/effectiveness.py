@@ -190,7 +190,7 @@ PAIR_SCHEMA = pa.schema(
         ("_task", pa.int64()),  # the outcome's row in the week's outcomes
         ("model", pa.string()),
         ("speed_tier", pa.string()),
-        ("output", pa.int64()),  # output tokens (the attribution's measure), summed
+        ("timed", pa.int64()),  # the timed kind's tokens (the attribution's measure), summed
         ("duration_ms", pa.int64()),  # null counts 0
         ("cost", COST),
     ]
@@ -211,13 +211,13 @@ def task_pairs(joined: pa.Table, catalog: Catalog) -> pa.Table:
             {
                 "_task": part["_task"],
                 "pair": pa.array(pair),
-                "output": part[tokens.timed_field()].cast(pa.int64()),
+                "timed": part[tokens.timed_field()].cast(pa.int64()),
                 "duration_ms": pc.fill_null(part["duration_ms"], 0).cast(pa.int64()),
                 "cost": request_costs(part, catalog),
             }
         )
         summed = priced.group_by(["_task", "pair"]).aggregate(
-            [("output", "sum"), ("duration_ms", "sum"), ("cost", "sum")]
+            [("timed", "sum"), ("duration_ms", "sum"), ("cost", "sum")]
         )
         code = summed["pair"].to_numpy()
         names = pa.array(model_names, pa.string()), pa.array(tier_names, pa.string())
@@ -227,7 +227,7 @@ def task_pairs(joined: pa.Table, catalog: Catalog) -> pa.Table:
                     summed["_task"],
                     names[0].take(pa.array(code // len(tier_names))),
                     names[1].take(pa.array(code % len(tier_names))),
-                    summed["output_sum"],
+                    summed["timed_sum"],
                     summed["duration_ms_sum"],
                     summed["cost_sum"].cast(COST),
                 ],
@@ -256,7 +256,7 @@ def tasks_from_pairs(outcomes: pa.Table, pairs: pa.Table, catalog: Catalog) -> p
     pairs_per_task = len(model_names) * len(tiers)
     pair = models.astype(np.int64) * len(tiers) + rank  # sorted model ids, then slower tiers first
     distinct, inverse = np.unique(task * pairs_per_task + pair, return_inverse=True)
-    output = _sum_by(inverse, pairs["output"].to_numpy(), len(distinct))
+    output = _sum_by(inverse, pairs["timed"].to_numpy(), len(distinct))
     pair_task, pair_code = distinct // pairs_per_task, distinct % pairs_per_task
     # Per task: most output tokens first, then the lower model id, then the slower tier.
     order = np.lexsort((pair_code, -output, pair_task))
