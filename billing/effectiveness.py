@@ -198,8 +198,8 @@ PAIR_SCHEMA = pa.schema(
 
 
 def task_pairs(joined: pa.Table, catalog: Catalog) -> pa.Table:
-    """Per (task, model, tier) among the ``joined`` requests (``PAIR_SCHEMA``): output tokens,
-    duration_ms and token cost, each summed exactly; priced a slice of requests at a time. Partial:
+    """Per (task, model, tier) among the ``joined`` requests (``PAIR_SCHEMA``): the timed kind's
+    tokens, duration_ms and token cost, each summed exactly; priced a slice of requests at a time. Partial:
     the pairs of any split of a week's requests, concatenated, ``tasks_from_pairs`` the same tasks."""
     parts = []
     for start in range(0, joined.num_rows, COST_SLICE):

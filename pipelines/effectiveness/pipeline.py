@@ -3,11 +3,11 @@
     usage-billing effectiveness compute --from 2026-08-03 --to 2026-08-30
     usage-billing effectiveness compute            # the weeks that changed since they were computed
 
-One element per ISO week (UTC, by completed_at), computed in parts spread over the workers
-(``weeks``): the week's outcomes are staged once, each part of its request files is read with Arrow's
-pushdown and summed per (task, model, tier), and the week is finished from the parts' sums; the join,
-the attribution and the figures are Arrow and numpy (``billing.effectiveness``), so memory is one
-part's requests and one week's tasks whatever the number of weeks. Each week's tasks
+ISO weeks (UTC, by completed_at), each computed in parts spread over the workers (``weeks``): each
+part reads the week's outcome keys and its share of the event files of the dates their tasks span,
+and sums its requests per (task, model, tier); one task per week finishes from the parts' exact sums.
+The join, the attribution and the figures are Arrow and numpy (``billing.effectiveness``), so memory is
+a few days' requests and one week's tasks whatever the number of weeks. Each week's tasks
 (``lake/tasks/date=<Monday>/``) and groups are staged from ``process`` (runner-portable); the driver
 commits the task partitions and replaces the weeks' rows in ``task_effectiveness`` and
 ``effectiveness_weeks`` in one transaction, with the queue rows the run covered. A rerun gives the

@@ -39,7 +39,7 @@ MS = pa.decimal128(20, 3)  # milliseconds of a microsecond span, exact
 TASKS = (
     "tasks"  # lake/tasks/date=<week start>/: one row per task of the week (billing.effectiveness.TASK_SCHEMA)
 )
-PART_FILES = 8  # at most this many event files per part (a day's events are the lake's 8 shard files)
+PART_FILES = 8  # event files a part reads at a time (a day is the lake's shard files: 8 by default)
 JOIN_COLUMNS = ["account_id", "task_id", "started_at", "completed_at"]  # what task_requests needs
 GROUP_SCHEMA = pa.schema(
     [
