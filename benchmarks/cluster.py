@@ -130,6 +130,7 @@ class Run:
     steps: dict[str, dict[str, tuple[float, int]]]  # step -> process -> (CPU s, peak bytes)
     step_wall: dict[str, float]
     out: str
+    warm_up: float = 0.0  # the workers' CPU seconds to import the pipelines' modules first (not in ``cpu``)
 
 
 def _run(argv: list[str], others: dict[str, int]) -> Run:
@@ -198,9 +199,15 @@ def _on_dask(workdir: Path, config: str, workers: int, threads: int, endpoint: s
         if path.is_file():
             bucket.put(f"{bucket.root}/landing/{path.relative_to(landing).as_posix()}", path.read_bytes())
     url = _database()
-    cluster = distributed.LocalCluster(
-        n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None, memory_limit=None
-    )
+    import dask
+
+    # The workers' statistical profiler off, as docs/deploy.md advises: it walks every thread's stack
+    # every 10 ms, a tenth of a worker's own (non-task) CPU in ingest.
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        cluster = distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None,
+            memory_limit=None,
+        )  # fmt: skip
     client = distributed.Client(cluster)
     try:
         base = _base(config, url, f"{bucket.root}/lake", f"{bucket.root}/landing")
@@ -214,12 +221,30 @@ def _on_dask(workdir: Path, config: str, workers: int, threads: int, endpoint: s
             [*base, "accounts", "load", str(landing / "accounts.csv")], check=True, capture_output=True
         )
         pids = {f"worker {i + 1}": w.pid for i, w in enumerate(cluster.workers.values())}
-        return _run([*base, "run-day", "--date", DAY.isoformat(), *flags], {**pids, "S3 server": server_pid})
+        warm_up = _warm_up(client, pids)
+        run = _run([*base, "run-day", "--date", DAY.isoformat(), *flags], {**pids, "S3 server": server_pid})
+        return dataclasses.replace(run, warm_up=warm_up)
     finally:
         client.close()
         cluster.close()
         bucket.clear()
         _drop(url)
+
+
+def _warm_up(client, pids: dict[str, int]) -> float:  # type: ignore[no-untyped-def]
+    """Each worker imports the pipelines' modules, as the workers of a cluster that has run before
+    have: the embedded run imports them before its first step, so a fresh worker would count its
+    imports in ingest and the embedded run would not. Returns the workers' CPU seconds for it."""
+    import importlib
+
+    import psutil
+
+    def cpu() -> float:
+        return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids.values())
+
+    before = cpu()
+    client.run(importlib.import_module, "pipelines.jobs.steps")
+    return cpu() - before
 
 
 def _row(name: str, run: Run, events: int, base: float) -> str:
@@ -288,7 +313,7 @@ def main() -> None:
         for workers in args.workers:
             threads = args.threads or max(1, (os.cpu_count() or 1) // workers)
             run = _on_dask(workdir, config, workers, threads, endpoint, server.pid)
-            print(f"dask {workers}", run.wall, run.cpu, run.step_wall, run.out[-300:], flush=True)
+            print(f"dask {workers}", run.wall, run.cpu, run.warm_up, run.step_wall, flush=True)
             rows.append((f"Dask, {workers} worker(s) x {threads} thread(s)", run))
     base = rows[0][1].wall
     table = "\n".join(_row(n, r, events, base) for n, r in rows)
@@ -301,7 +326,11 @@ def main() -> None:
         "local dask.distributed cluster of worker processes, each with the machine's cores shared out as "
         "threads (Dask's own default; the embedded run uses a thread per core too). Peak memory: "
         "resident MB of each process (with its children); CPU: the seconds each process used during the "
-        "run (user + system).\n\n"
+        "run (user + system). The workers' statistical profiler is off (`distributed.worker.profile."
+        "enabled: false`), as docs/deploy.md advises. Each cluster's workers import the pipelines' modules before the run, as a "
+        "long-lived cluster's have (the embedded run imports them before its first step): "
+        + ", ".join(f"{n} {r.warm_up:.1f} CPU s" for n, r in rows[1:])
+        + " in all, not counted above.\n\n"
         "| run | wall s | events/s | vs embedded | peak memory MB | CPU s |\n|---|---|---|---|---|---|\n"
         + table
         + "\n\nPer step (the command's step times, `USAGE_BILLING_STEP_TIMES`; CPU and memory sampled "

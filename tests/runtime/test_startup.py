@@ -56,3 +56,45 @@ def test_the_command_line_tunes_glibcs_allocator_where_there_is_one():
     assert not tune_allocator(object())  # not glibc: left as it is
     if platform.libc_ver()[0] == "glibc":  # this machine's C library takes both values
         assert tune_allocator()
+
+
+def test_a_dask_worker_gets_the_command_lines_allocator_settings(monkeypatch):
+    from pipelines.runtime import dask
+
+    calls = []
+    monkeypatch.setattr(dask, "tune_allocator", lambda: calls.append("allocator") or True)
+    monkeypatch.setattr(dask, "worker_memory_pool", lambda: calls.append("arrow pool") or "jemalloc")
+    monkeypatch.setattr(dask, "set_filesystem_options", lambda options: calls.append("filesystems"))
+    dask.WorkerSettings({"s3_region_name": "us-east-1"}).setup(worker=None)
+    assert calls == ["allocator", "arrow pool", "filesystems"]
+
+
+def test_a_dask_worker_takes_arrows_memory_from_jemalloc_unless_told_otherwise(monkeypatch):
+    from pipelines.runtime.startup import WORKER_DECAY_MS, worker_memory_pool
+
+    class Arrow:  # pyarrow's pool functions, recorded
+        def __init__(self, jemalloc: bool) -> None:
+            self.jemalloc, self.calls, self.pool = jemalloc, [], "mimalloc"
+
+        def jemalloc_set_decay_ms(self, ms: int) -> None:
+            if not self.jemalloc:
+                raise NotImplementedError("built without jemalloc")
+            self.calls.append(("decay", ms))
+
+        def jemalloc_memory_pool(self) -> str:
+            return "jemalloc"
+
+        def set_memory_pool(self, pool: str) -> None:
+            self.pool = pool
+
+        def default_memory_pool(self):
+            return type("Pool", (), {"backend_name": self.pool})()
+
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    arrow = Arrow(jemalloc=True)
+    assert worker_memory_pool(arrow) == "jemalloc"
+    assert arrow.calls == [("decay", WORKER_DECAY_MS)]
+    assert worker_memory_pool(Arrow(jemalloc=False)) == "mimalloc"  # a build without it: as it was
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
+    chosen = Arrow(jemalloc=True)
+    assert worker_memory_pool(chosen) == "mimalloc" and chosen.calls == []  # the operator's choice stands
