@@ -21,8 +21,9 @@ Shape (runner-portable, like ingest): read row groups, attach plan and local day
 shard (Arrow IPC, refs through the GroupByKey), allocate per shard with ``billing.quota.allocate``
 (vectorized): the composite ``MeterQuota`` returns each shard's billable usage, day bridge and pool
 balances, which ``run`` stages (``StageMetered``); the driver loads them in one transaction
-(``store.load_warehouse``) and joins each local day's allocation records and kept balances (spilled
-per shard) into one file of that day's partition (``store.commit_lake``).
+(``store.load_warehouse``), and each local day's allocation records and kept balances (spilled per
+shard) are joined into one file of that day's partition (``store.commit_lake``), a task per day on
+the run's Dask cluster (in this process without one).
 
 Starting from balances: every run also leaves, for the dates where a later run can start
 (``state_dates``), each open balance key's state at the end of that day (lake ``pool_state/date=D``)
@@ -170,7 +171,8 @@ def _run(context: RunContext, dates: list[dt.date], options: StepOptions, fence:
         with engine.begin() as conn:
             mark_metered(conn, first, last, plan.started)
             fence.check(conn)
-        counts["allocations"] = commit_lake(root, stage, run_id, dates, plan.new_stamps)
+        with context.cluster() as executor:  # each day's allocation records joined on the cluster
+            counts["allocations"] = commit_lake(root, stage, run_id, dates, plan.new_stamps, executor)
         seconds["load"] = time.perf_counter() - began
         unknown = unknown_note(engine, first, last)
         if unknown:

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterator
+from concurrent.futures import Executor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -109,43 +110,55 @@ def spill_days(rows: pa.Table, folder: str, name: str) -> None:
     )
 
 
-def _commit_allocations(lake_root: str, stage: str, run_id: str, dates: list[dt.date]) -> int:
+def _commit_allocations(
+    lake_root: str, stage: str, run_id: str, dates: list[dt.date], executor: Executor | None
+) -> int:
     """The allocation records of each local day, joined from every shard's spill, replace the day's
     partition; a day without records commits an empty partition. Returns the rows."""
-    rows = _join_spilled(stage, ALLOCATION_SPILL, ALLOCATIONS, ALLOCATION_SCHEMA, dates)
+    rows = _join_spilled(stage, ALLOCATION_SPILL, ALLOCATIONS, ALLOCATION_SCHEMA, dates, executor)
     for day in dates:
         staged = lake.partition(lake.join(stage, "_commit"), ALLOCATIONS, day)
         lake.commit(staged, lake.partition(lake_root, ALLOCATIONS, day), run_id)
     return rows
 
 
-def _join_spilled(stage: str, spill: str, dataset: str, schema: pa.Schema, days: list[dt.date]) -> int:
+def _join_spilled(
+    stage: str, spill: str, dataset: str, schema: pa.Schema, days: list[dt.date], executor: Executor | None
+) -> int:
     """Each day's rows of every shard's spill (``spill_days``) as one staged file of the day's
     partition (``part-0000.parquet``), row groups of ``ROWS_PER_GROUP``: not one small file per shard
-    and day (metering 10M events over 28 days wrote 100 per day). The driver holds one row group at a
-    time. A day without rows gets no file. Returns the rows."""
+    and day (metering 10M events over 28 days wrote 100 per day). A day at a time is a task of
+    ``executor`` (the run's Dask cluster: the driver reads and writes none of the rows), or of this
+    process without one; it holds one row group at a time. A day without rows gets no file. Returns
+    the rows."""
     folder = lake.join(stage, spill)
     pieces: dict[str, list[tuple[str, int, int]]] = {}
     for sidecar in lake.list_files(folder, "*.json"):
         data = sidecar.removesuffix(".json") + ".arrow"
         for day, (first, end) in lake.read_json(sidecar).items():
             pieces.setdefault(day, []).append((data, first, end))
+    todo = [(day, pieces[day.isoformat()]) for day in days if day.isoformat() in pieces]
+    if executor is None:
+        return sum(_join_day(stage, dataset, schema, day, day_pieces) for day, day_pieces in todo)
+    joins = [executor.submit(_join_day, stage, dataset, schema, day, day_pieces) for day, day_pieces in todo]
+    return sum(join.result() for join in joins)
+
+
+def _join_day(stage: str, dataset: str, schema: pa.Schema, day: dt.date, pieces: list[lake.Segment]) -> int:
+    """One day of ``_join_spilled``: its pieces, in order, as the day's staged file. Returns the rows."""
     rows = 0
+    staged = lake.partition(lake.join(stage, "_commit"), dataset, day)
     with lake.IpcSegments() as spills:
-        for day in days:
-            if day.isoformat() not in pieces:
-                continue
-            staged = lake.partition(lake.join(stage, "_commit"), dataset, day)
-            writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), schema)
-            buffer: list[pa.Table] = []
-            try:
-                for table in _read_pieces(spills, pieces[day.isoformat()]):
-                    buffer.append(table)
-                    if sum(t.num_rows for t in buffer) >= ROWS_PER_GROUP:
-                        rows += _flush(writer, buffer)
-                rows += _flush(writer, buffer)
-            finally:
-                writer.close()
+        writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), schema)
+        buffer: list[pa.Table] = []
+        try:
+            for table in _read_pieces(spills, pieces):
+                buffer.append(table)
+                if sum(t.num_rows for t in buffer) >= ROWS_PER_GROUP:
+                    rows += _flush(writer, buffer)
+            rows += _flush(writer, buffer)
+        finally:
+            writer.close()
     return rows
 
 
@@ -364,11 +377,13 @@ def load_warehouse(
     }
 
 
-def commit_lake(lake_root: str, stage: str, run_id: str, dates: list[dt.date], new_stamps: dict) -> int:
-    """Commit the allocation records and the kept balances (each with its stamp) of ``dates``;
-    returns the allocation records committed."""
-    allocations = _commit_allocations(lake_root, stage, run_id, dates)
-    _join_spilled(stage, STATE_SPILL, POOL_STATE, BALANCE_SCHEMA, sorted(new_stamps))
+def commit_lake(
+    lake_root: str, stage: str, run_id: str, dates: list[dt.date], new_stamps: dict, executor: Executor | None
+) -> int:
+    """Commit the allocation records and the kept balances (each with its stamp) of ``dates``, each
+    day's joined by ``executor`` (``_join_spilled``); returns the allocation records committed."""
+    allocations = _commit_allocations(lake_root, stage, run_id, dates, executor)
+    _join_spilled(stage, STATE_SPILL, POOL_STATE, BALANCE_SCHEMA, sorted(new_stamps), executor)
     for day in dates:  # a date without a stamp commits an empty partition: no state
         staged = lake.partition(lake.join(stage, "_commit"), POOL_STATE, day)
         if day in new_stamps:
