@@ -29,7 +29,7 @@ except ImportError:  # without the dask extra: prepare_workers says so
     Client = None  # type: ignore[assignment,misc]  # stands for the optional class when it is absent
     WorkerPlugin = object  # type: ignore[assignment,misc]  # the same: a base class to subclass
 from pipelines.lake.paths import filesystem_values, set_filesystem_options
-from pipelines.runtime.startup import tune_allocator, worker_memory_pool
+from pipelines.runtime.startup import WORKER_TRIM_THRESHOLD, tune_allocator, worker_memory_pool
 from pipelines.settings import arrow_realigns
 
 PLUGIN = "usage-billing-worker-settings"
@@ -50,7 +50,7 @@ class WorkerSettings(WorkerPlugin):
         self.values = values
 
     def setup(self, worker) -> None:
-        tune_allocator()
+        tune_allocator(trim_threshold=WORKER_TRIM_THRESHOLD)
         worker_memory_pool()
         arrow_realigns()
         set_filesystem_options(PipelineOptions.from_dictionary(self.values))

@@ -36,21 +36,24 @@ MMAP_THRESHOLD = 4 << 20  # above a 250k-row column of 8-byte values (2 MB)
 TRIM_THRESHOLD = 256 << 20
 
 
-def tune_allocator(libc: object | None = None) -> bool:
+def tune_allocator(libc: object | None = None, trim_threshold: int = TRIM_THRESHOLD) -> bool:
     """glibc's malloc (numpy's arrays) keeps blocks up to 4 MiB on its heap and up to 256 MiB of free
     heap before giving it back. By default it maps a block of 2 MB (a 250k-row column) fresh from
     the kernel and unmaps it when freed, and the kernel zeroes every page again on the next
     touch: a 10M-event ingest took 350k page faults instead of 110k, 0.4-0.5 s of system time.
     Larger blocks stay mapped: with 32 MiB, the heap kept what a 10M-event metering run freed (peak
     823-837 -> 977-1005 MB; with 4 MiB 895-901 MB, ingest's speed the same).
+    ``trim_threshold``: the free heap kept (a Dask worker keeps less, ``WORKER_TRIM_THRESHOLD``).
     Returns whether the C library took the settings (False where it is not glibc)."""
     try:
         mallopt = (libc if libc is not None else ctypes.CDLL(None)).mallopt  # type: ignore[attr-defined]  # a C function ctypes finds at run time
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
 
 
+# A Dask worker holds more at once (the tasks' results) and runs for days: less free heap kept.
+WORKER_TRIM_THRESHOLD = 64 << 20
 WORKER_DECAY_MS = 250  # jemalloc keeps freed pages this long for the next allocation (and as long again
 # marked free for the kernel to take)
 

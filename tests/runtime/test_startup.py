@@ -60,13 +60,14 @@ def test_the_command_line_tunes_glibcs_allocator_where_there_is_one():
 
 def test_a_dask_worker_gets_the_command_lines_allocator_settings(monkeypatch):
     from pipelines.runtime import dask
+    from pipelines.runtime.startup import WORKER_TRIM_THRESHOLD
 
-    calls = []
-    monkeypatch.setattr(dask, "tune_allocator", lambda: calls.append("allocator") or True)
+    calls: list = []
+    monkeypatch.setattr(dask, "tune_allocator", lambda **kw: calls.append(("allocator", kw)) or True)
     monkeypatch.setattr(dask, "worker_memory_pool", lambda: calls.append("arrow pool") or "jemalloc")
     monkeypatch.setattr(dask, "set_filesystem_options", lambda options: calls.append("filesystems"))
     dask.WorkerSettings({"s3_region_name": "us-east-1"}).setup(worker=None)
-    assert calls == ["allocator", "arrow pool", "filesystems"]
+    assert calls == [("allocator", {"trim_threshold": WORKER_TRIM_THRESHOLD}), "arrow pool", "filesystems"]
 
 
 def test_a_dask_worker_takes_arrows_memory_from_jemalloc_unless_told_otherwise(monkeypatch):
