@@ -180,6 +180,11 @@ def arrow_realigns() -> None:
         os.environ.setdefault(name, value)
 
 
+def arrow_pool_chosen() -> bool:
+    """Whether the process was started with Arrow's pool named (``ARROW_DEFAULT_MEMORY_POOL``)."""
+    return bool(os.environ.get("ARROW_DEFAULT_MEMORY_POOL"))
+
+
 def s3_environment() -> dict[str, str | None]:
     """The S3 endpoint and region the standard AWS variables name (None where they do not)."""
     env = os.environ

@@ -1,12 +1,10 @@
-"""Start-up of a process: one that runs one command and exits (the command line), and a Dask worker
-that runs the pipelines' tasks (``worker_memory_pool``)."""
+"""Start-up of a process that runs one command and exits (the command line), and the allocator
+settings a Dask worker takes too (``runtime.dask.WorkerSettings``)."""
 
 from __future__ import annotations
 
 import ctypes
 import gc
-import os
-from typing import Any
 
 _deferred = {"collection": False}
 
@@ -54,28 +52,3 @@ def tune_allocator(libc: object | None = None, trim_threshold: int = TRIM_THRESH
 
 # A Dask worker holds more at once (the tasks' results) and runs for days: less free heap kept.
 WORKER_TRIM_THRESHOLD = 64 << 20
-WORKER_DECAY_MS = 250  # jemalloc keeps freed pages this long for the next allocation (and as long again
-# marked free for the kernel to take)
-
-
-def worker_memory_pool(arrow: Any = None) -> str:
-    """Arrow's allocations in a Dask worker from jemalloc, which keeps freed pages a quarter of a second
-    (``WORKER_DECAY_MS``). Returns the pool's name. With the default (mimalloc), a worker's task thread
-    spent 5 s of a 25 s ingest of 10M events in the kernel, handing pages back and faulting them in
-    again (buffers made in the task thread and freed in the thread that sends them to another worker);
-    with jemalloc 1.4 s, and 20 s in all. The command line's own process keeps the default: there
-    jemalloc bought nothing. A worker started with ``ARROW_DEFAULT_MEMORY_POOL`` keeps what it was
-    given, and so does a pyarrow built without jemalloc."""
-    if arrow is None:
-        import pyarrow  # lazy: pyarrow
-
-        arrow = pyarrow
-    pa = arrow
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return str(pa.default_memory_pool().backend_name)
-    try:
-        pa.jemalloc_set_decay_ms(WORKER_DECAY_MS)
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except NotImplementedError:  # built without jemalloc
-        pass
-    return str(pa.default_memory_pool().backend_name)

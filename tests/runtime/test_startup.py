@@ -71,7 +71,7 @@ def test_a_dask_worker_gets_the_command_lines_allocator_settings(monkeypatch):
 
 
 def test_a_dask_worker_takes_arrows_memory_from_jemalloc_unless_told_otherwise(monkeypatch):
-    from pipelines.runtime.startup import WORKER_DECAY_MS, worker_memory_pool
+    from pipelines.runtime.dask import WORKER_DECAY_MS, worker_memory_pool
 
     class Arrow:  # pyarrow's pool functions, recorded
         def __init__(self, jemalloc: bool) -> None:
