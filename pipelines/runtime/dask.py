@@ -42,9 +42,10 @@ def worker_memory_pool(arrow: Any = None) -> str:
     """Arrow's allocations in a Dask worker from jemalloc, which keeps freed pages a quarter of a second
     (``WORKER_DECAY_MS``). Returns the pool's name. With the default (mimalloc), which hands freed
     pages back within milliseconds, a worker's task thread spent 5 s of a 25 s ingest of 10M events in
-    the kernel, faulting its buffers in fresh; with jemalloc 1.4 s, and 20 s in all. The command line's own process keeps the default: there
-    jemalloc bought nothing. A worker started with ``ARROW_DEFAULT_MEMORY_POOL`` keeps what it was
-    given, and so does a pyarrow built without jemalloc."""
+    the kernel, faulting its buffers in fresh; with jemalloc 1.4 s, and 20 s in all. The command
+    line's own process keeps the default: there jemalloc bought nothing. A worker started with
+    ``ARROW_DEFAULT_MEMORY_POOL`` keeps what it was given, and so does a pyarrow built without
+    jemalloc."""
     pa = arrow if arrow is not None else pyarrow
     if arrow_pool_chosen():
         return str(pa.default_memory_pool().backend_name)
