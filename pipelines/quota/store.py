@@ -4,6 +4,7 @@ of reading its whole window again, and the checked load of its rows into the war
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -138,17 +139,21 @@ def _join_spilled(
         for day, (first, end) in lake.read_json(sidecar).items():
             pieces.setdefault(day, []).append((data, first, end))
     todo = [(day, pieces[day.isoformat()]) for day in days if day.isoformat() in pieces]
-    if executor is None:
-        return sum(_join_day(stage, dataset, schema, day, day_pieces) for day, day_pieces in todo)
+    if executor is None:  # the days share the open spill files (one mapping per file, not per day)
+        with lake.IpcSegments() as spills:
+            return sum(_join_day(stage, dataset, schema, day, day_pieces, spills) for day, day_pieces in todo)
     joins = [executor.submit(_join_day, stage, dataset, schema, day, day_pieces) for day, day_pieces in todo]
     return sum(join.result() for join in joins)
 
 
-def _join_day(stage: str, dataset: str, schema: pa.Schema, day: dt.date, pieces: list[lake.Segment]) -> int:
-    """One day of ``_join_spilled``: its pieces, in order, as the day's staged file. Returns the rows."""
+def _join_day(
+    stage: str, dataset: str, schema: pa.Schema, day: dt.date, pieces: list[lake.Segment],
+    shared: lake.IpcSegments | None = None,
+) -> int:
+    """One day of ``_join_spilled`` (read through ``shared`` open spill files, or its own); the rows."""
     rows = 0
     staged = lake.partition(lake.join(stage, "_commit"), dataset, day)
-    with lake.IpcSegments() as spills:
+    with contextlib.nullcontext(shared) if shared is not None else lake.IpcSegments() as spills:
         writer = lake.ParquetAppender(lake.join(staged, "part-0000.parquet"), schema)
         buffer: list[pa.Table] = []
         try:
