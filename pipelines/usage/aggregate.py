@@ -3,15 +3,20 @@
     usage-billing usage aggregate --date 2026-03-02
     usage-billing usage aggregate --from 2026-02-01 --to 2026-02-28
 
-One element per Parquet row group; a DoFn sums it with pyarrow into a small partial table per day;
-``CombinePerKey`` re-sums the partials of a day (Arrow tables, not one object per event). The day's
-result is staged as Parquet from ``process`` and the driver loads all days in one transaction,
-replacing those days' rows: a rerun leaves the same rows.
+One element per batch of Parquet row groups, a couple per task the runner runs at once; a DoFn
+sums each unit of a batch with pyarrow into a small partial table per day and re-sums them as it
+goes; ``CombinePerKey`` re-sums the batches' partials of a day (Arrow tables, not one object per
+event). Summing within the batch is the runner-independent form of combiner lifting: the in-process
+runner lifts a combine itself, but Beam's DaskRunner groups every element before combining, so one
+partial per unit (as many rows, all told, as the events) would cross between workers and pile up on
+one. The day's result is staged as Parquet from ``process`` and the driver loads all days in one
+transaction, replacing those days' rows: a rerun leaves the same rows.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Iterable
 
 import apache_beam as beam
@@ -20,7 +25,7 @@ import pyarrow as pa
 from pipelines import lake
 from pipelines.runtime.context import RunContext, StepOptions, split_argv
 from pipelines.runtime.dates import dates_of
-from pipelines.runtime.options import run_pipeline
+from pipelines.runtime.options import parallel_tasks, run_pipeline
 from pipelines.runtime.staging import fresh_stage, new_run_id
 from pipelines.usage.partials import (
     ERROR_SCHEMA,
@@ -41,18 +46,47 @@ from schemas.warehouse import ModelDaily, UsageDaily, UsageDailyError
 COMPACT_EVERY = 4  # partials a day's accumulator holds before re-summing (bounds memory)
 
 
-class PartialUsageByDay(beam.DoFn):
-    """One unit of row groups -> partial usage per UTC day. Reading and summing in one step keeps the
-    rows themselves from ever becoming a Beam element (only the small partials are)."""
+BATCHES_PER_TASK = 2  # batches per task the runner runs at once: a slow one leaves work to take over
 
-    def process(self, unit: lake.Unit):
-        partial = partial_usage(lake.read_unit(unit, LAKE_COLUMNS))
-        days = partial.usage["day"].unique()
-        if len(days) == 1:
-            yield days[0].as_py().isoformat(), partial
-            return
-        for day in days.to_pylist():
-            yield day.isoformat(), partial.filter_day(day)
+
+def batches_of(units: list[lake.Unit], tasks: int) -> list[tuple[lake.Unit, ...]]:
+    """``units`` in order, cut into ``BATCHES_PER_TASK`` runs of consecutive units per task (fewer
+    when there are fewer units), their sizes differing by one unit at most."""
+    n = max(1, min(len(units), BATCHES_PER_TASK * tasks))
+    size, extra = divmod(len(units), n)
+    cuts = [i * size + min(i, extra) for i in range(n + 1)]
+    return [tuple(units[a:b]) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def _by_day(partial: DayPartials) -> Iterable[tuple[str, DayPartials]]:
+    days = partial.usage["day"].unique()
+    if len(days) == 1:
+        yield days[0].as_py().isoformat(), partial
+        return
+    for day in days.to_pylist():
+        yield day.isoformat(), partial.filter_day(day)
+
+
+class PartialUsageByDay(beam.DoFn):
+    """A batch of units of row groups -> partial usage per UTC day, summed over the batch. Reading and
+    summing in one step keeps the rows themselves from ever becoming a Beam element (only the small
+    partials are). A day's sum is emitted once a unit no longer has it: the units come in the lake's
+    date order, so the batch holds a day or two at a time, whatever its range."""
+
+    def process(self, batch: tuple[lake.Unit, ...]):
+        open_days: dict[str, list[DayPartials]] = {}
+        for unit in batch:
+            seen = set()
+            for day, partial in _by_day(partial_usage(lake.read_unit(unit, LAKE_COLUMNS))):
+                seen.add(day)
+                parts = open_days.setdefault(day, [])
+                parts.append(partial)
+                if len(parts) >= COMPACT_EVERY:
+                    open_days[day] = [DayPartials.combine(parts)]
+            for day in [d for d in open_days if d not in seen]:
+                yield day, DayPartials.combine(open_days.pop(day))
+        for day, parts in open_days.items():
+            yield day, DayPartials.combine(parts)
 
 
 class CombineDayPartials(beam.CombineFn):
@@ -99,7 +133,8 @@ class StageDay(beam.DoFn):
 
 
 class DailyUsage(beam.PTransform):
-    """Units of row groups (``lake.row_group_units``) -> (day, DayPartials) pairs, one per UTC day."""
+    """Batches of units of row groups (``batches_of(lake.row_group_units(...))``) -> (day, DayPartials)
+    pairs, one per UTC day."""
 
     def expand(self, units):
         return (
@@ -148,10 +183,11 @@ def _run(context: RunContext, dates: list[dt.date], options: StepOptions, fence:
         units = lake.row_group_units(
             [f for d in dates for f in lake.list_files(lake.partition(root, lake.EVENTS, d))]
         )
-        with run_pipeline(context.beam_options()) as p:
+        beam_options = context.beam_options()
+        with run_pipeline(beam_options) as p:
             _ = (
                 p
-                | "ReadUnits" >> beam.Create(units)
+                | "ReadBatches" >> beam.Create(batches_of(units, parallel_tasks(beam_options)))
                 | "DailyUsage" >> DailyUsage()
                 | "StageDays" >> beam.ParDo(StageDay(stage))
             )

@@ -7,10 +7,11 @@ import datetime as dt
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.usage.aggregate import CombineDayPartials, DailyUsage
+from pipelines.usage.aggregate import CombineDayPartials, DailyUsage, batches_of
 from pipelines.usage.partials import partial_usage
 from schemas.events import LAKE_SCHEMA
 
@@ -42,7 +43,8 @@ def _lake_file(path, rows):  # type: ignore[no-untyped-def]
     pq.write_table(table, path, row_group_size=2)
 
 
-def test_daily_usage_sums_per_account_model_tier_and_day(tmp_path):
+@pytest.mark.parametrize("tasks", [1, 3], ids=["a day across batches", "a batch a unit"])
+def test_daily_usage_sums_per_account_model_tier_and_day(tmp_path, tasks):
     d1 = dt.datetime(2026, 3, 1, 23, 59, tzinfo=dt.UTC)
     d2 = dt.datetime(2026, 3, 2, 0, 1, tzinfo=dt.UTC)
     _lake_file(
@@ -56,8 +58,10 @@ def test_daily_usage_sums_per_account_model_tier_and_day(tmp_path):
         ],
     )
     units = [((str(tmp_path / "a.parquet"), g),) for g in range(3)]  # 5 rows in row groups of 2
+    batches = batches_of(units, tasks)
+    assert [u for b in batches for u in b] == units and len(batches) == min(3, 2 * tasks)
     with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
-        days = p | beam.Create(units) | DailyUsage()
+        days = p | beam.Create(batches) | DailyUsage()
         usage = days | "Usage" >> beam.FlatMap(
             lambda kv: [tuple(r.values()) for r in kv[1].usage.to_pylist()]
         )
