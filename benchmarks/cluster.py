@@ -23,12 +23,13 @@ import dataclasses
 import datetime as dt
 import os
 import shutil
+import statistics
 import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
 
+from benchmarks.cluster_measure import Peaks, contention_of
 from benchmarks.common import ROOT, command_line, machine, write_section
 
 DAY = dt.date(2026, 3, 2)
@@ -49,70 +50,6 @@ def _generate(workdir: Path, events: int) -> int:
     gen = dataclasses.replace(gen, events=gen.events.slice(0, events))
     write_landing(gen, cfg, str(workdir / "landing"))
     return gen.events.num_rows
-
-
-class Peaks:
-    """Samples the resident memory and CPU seconds of named processes (with their children) every
-    100 ms, keeping every sample: what each step of the run used is read off between its start and end
-    (``by_step``)."""
-
-    def __init__(self, processes: dict[str, int]) -> None:
-        import psutil
-
-        self.procs = {name: psutil.Process(pid) for name, pid in processes.items()}
-        self.samples: dict[str, list[tuple[float, float, int]]] = {name: [] for name in processes}
-        for name, proc in self.procs.items():
-            self._take(name, proc)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _take(self, name: str, proc) -> None:  # type: ignore[no-untyped-def]
-        import psutil
-
-        try:
-            tree = [proc, *proc.children(recursive=True)]
-            live = [p for p in tree if p.is_running()]
-            cpu = sum(sum(p.cpu_times()[:2]) for p in live)
-            rss = sum(p.memory_info().rss for p in live)
-        except psutil.Error:
-            return
-        self.samples[name].append((time.time(), cpu, rss))
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            for name, proc in self.procs.items():
-                self._take(name, proc)
-            time.sleep(0.1)
-
-    @property
-    def peak(self) -> dict[str, int]:
-        return {name: max((r for _, _, r in s), default=0) for name, s in self.samples.items()}
-
-    def cpu_used(self) -> dict[str, float]:
-        return {name: (s[-1][1] - s[0][1]) if s else 0.0 for name, s in self.samples.items()}
-
-    def by_step(self, steps: list[dict]) -> dict[str, dict[str, tuple[float, int]]]:  # type: ignore[type-arg]
-        """{step: {process: (CPU seconds, peak resident bytes)}} from the samples inside each step."""
-        out: dict[str, dict[str, tuple[float, int]]] = {}
-        for step in steps:
-            out[step["step"]] = {}
-            for name, samples in self.samples.items():
-                inside = [x for x in samples if step["start"] <= x[0] <= step["end"]]
-                before = [x for x in samples if x[0] < step["start"]][-1:]
-                window = before + inside
-                cpu = window[-1][1] - window[0][1] if len(window) > 1 else 0.0
-                out[step["step"]][name] = (cpu, max((r for _, _, r in window), default=0))
-        return out
-
-    def __enter__(self) -> Peaks:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        for name, proc in self.procs.items():
-            self._take(name, proc)
 
 
 def _base(config: str, database: str, lake: str, landing: str) -> list[str]:
@@ -247,10 +184,30 @@ def _warm_up(client, pids: dict[str, int]) -> float:  # type: ignore[no-untyped-
     return cpu() - before
 
 
-def _row(name: str, run: Run, events: int, base: float) -> str:
-    memory = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in run.peak.items())
-    seconds = ", ".join(f"{k} {v:,.0f}" for k, v in run.cpu.items())
-    return f"| {name} | {run.wall:,.1f} | {events / run.wall:,.0f} | {run.wall / base:.2f}x | {memory} | {seconds} |"
+Round = list[tuple[str, Run]]  # one run of each configuration, the embedded one first
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """The median of ``values``, with their range when there are several."""
+    mid = format(statistics.median(values), fmt)
+    if len(values) < 2:
+        return mid
+    return f"{mid} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def _row(at: int, rounds: list[Round], events: int) -> str:
+    """A configuration's wall time (median), events/s and ratio to the embedded run of the same round,
+    its largest peak per process over the rounds and median CPU seconds."""
+    name, runs = rounds[0][at][0], [r[at][1] for r in rounds]
+    walls = [r.wall for r in runs]
+    ratios = [r[at][1].wall / r[0][1].wall for r in rounds]
+    peaks = {k: max(r.peak.get(k, 0) for r in runs) for k in runs[0].peak}
+    memory = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in peaks.items())
+    seconds = ", ".join(f"{k} {statistics.median(r.cpu.get(k, 0.0) for r in runs):,.0f}" for k in runs[0].cpu)
+    return (
+        f"| {name} | {_spread(walls, ',.1f')} | {events / statistics.median(walls):,.0f} | "
+        f"{_spread(ratios, '.2f')}x | {memory} | {seconds} |"
+    )
 
 
 def _workers(use: dict[str, tuple[float, int]]) -> tuple[float, int]:
@@ -259,26 +216,36 @@ def _workers(use: dict[str, tuple[float, int]]) -> tuple[float, int]:
     return sum(c for c, _ in mine), max((m for _, m in mine), default=0)
 
 
-def _steps_table(rows: list[tuple[str, Run]], events: int) -> str:
-    """Per step: wall, the command's (driver's) CPU, the workers' CPU, the S3 server's, each per million
-    events and as a ratio to the embedded run's CPU for the step; peak memory of each process."""
-    base = rows[0][1]
+def _steps_table(rounds: list[Round]) -> str:
+    """Per step: wall, the command's (driver's) CPU, the workers' CPU, the S3 server's, and each as a
+    ratio to the embedded run's CPU for the step in the same round (medians over the rounds, their
+    range in brackets); the largest peak memory of each process over the rounds."""
     lines = [
         "| step | run | wall s | driver CPU s | workers CPU s | S3 server CPU s | driver / embedded CPU | "
         "workers / embedded CPU | peak MB (driver, worst worker) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for step in base.steps:
-        embedded_cpu = base.steps[step]["command"][0] or 1e-9
-        for name, run in rows:
-            use = run.steps.get(step, {})
-            driver, driver_peak = use.get("command", (0.0, 0))
-            workers, worker_peak = _workers(use)
-            server = use.get("S3 server", (0.0, 0))[0]
+    for step in rounds[0][0][1].steps:
+        for at, (name, _) in enumerate(rounds[0]):
+            cols: dict[str, list[float]] = {k: [] for k in ("wall", "driver", "workers", "server", "rd", "rw")}
+            peaks = [0, 0]
+            for one in rounds:
+                run, embedded_cpu = one[at][1], one[0][1].steps[step]["command"][0] or 1e-9
+                use = run.steps.get(step, {})
+                driver, driver_peak = use.get("command", (0.0, 0))
+                workers, worker_peak = _workers(use)
+                for key, value in (
+                    ("wall", run.step_wall.get(step, 0.0)), ("driver", driver), ("workers", workers),
+                    ("server", use.get("S3 server", (0.0, 0))[0]), ("rd", driver / embedded_cpu),
+                    ("rw", workers / embedded_cpu),
+                ):  # fmt: skip
+                    cols[key].append(value)
+                peaks = [max(peaks[0], driver_peak), max(peaks[1], worker_peak)]
             lines.append(
-                f"| {step} | {name} | {run.step_wall.get(step, 0):,.1f} | {driver:,.1f} | {workers:,.1f} | "
-                f"{server:,.1f} | {driver / embedded_cpu:.2f} | {workers / embedded_cpu:.2f} | "
-                f"{driver_peak / 2**20:,.0f}, {worker_peak / 2**20:,.0f} |"
+                f"| {step} | {name} | {_spread(cols['wall'], ',.1f')} | {_spread(cols['driver'], ',.1f')} | "
+                f"{_spread(cols['workers'], ',.1f')} | {_spread(cols['server'], ',.1f')} | "
+                f"{_spread(cols['rd'], '.2f')} | {_spread(cols['rw'], '.2f')} | "
+                f"{peaks[0] / 2**20:,.0f}, {peaks[1] / 2**20:,.0f} |"
             )
     return "\n".join(lines)
 
@@ -291,6 +258,10 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="threads per worker (default: the cores shared out, as Dask does)"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="run every configuration this many times, in turn; medians (and ranges) are reported",
+    )  # fmt: skip
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -300,23 +271,40 @@ def main() -> None:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.pop(name, None)  # the flags configure S3, as in the end-to-end test
-    rows: list[tuple[str, Run]] = []
-    run = _embedded(workdir, config)
-    print("embedded", run.wall, run.cpu, run.step_wall, run.out[-300:], flush=True)
-    rows.append(("embedded", run))
+    rounds: list[Round] = []
+    contention: list[tuple[float, float]] = []
     from tests.s3 import s3_server
 
     with s3_server() as endpoint:
         import psutil
 
         server = next(p for p in psutil.Process().children() if "rclone" in " ".join(p.cmdline()))
-        for workers in args.workers:
-            threads = args.threads or max(1, (os.cpu_count() or 1) // workers)
-            run = _on_dask(workdir, config, workers, threads, endpoint, server.pid)
-            print(f"dask {workers}", run.wall, run.cpu, run.warm_up, run.step_wall, flush=True)
-            rows.append((f"Dask, {workers} worker(s) x {threads} thread(s)", run))
-    base = rows[0][1].wall
-    table = "\n".join(_row(n, r, events, base) for n, r in rows)
+        for number in range(1, args.rounds + 1):  # in turn: the machine's drift falls on every configuration
+            contention.append(contention_of(workdir))
+            run = _embedded(workdir, config)
+            print(f"round {number} embedded", run.wall, run.cpu, run.step_wall, run.out[-300:], flush=True)
+            rows: Round = [("embedded", run)]
+            for workers in args.workers:
+                threads = args.threads or max(1, (os.cpu_count() or 1) // workers)
+                run = _on_dask(workdir, config, workers, threads, endpoint, server.pid)
+                print(f"round {number} dask {workers}", run.wall, run.cpu, run.warm_up, run.step_wall, flush=True)
+                rows.append((f"Dask, {workers} worker(s) x {threads} thread(s)", run))
+            rounds.append(rows)
+    table = "\n".join(_row(at, rounds, events) for at in range(len(rounds[0])))
+    warm_up = {n: statistics.median(r[at][1].warm_up for r in rounds) for at, (n, _) in enumerate(rounds[0])}
+    several = (
+        f" Every configuration ran {args.rounds} times, in turn (embedded, then each cluster, round after "
+        "round); each figure is the median of the rounds with their range in brackets, and each ratio is "
+        "taken against the embedded run of its own round." if args.rounds > 1 else ""
+    )
+    alone, paired = [a for a, _ in contention], [b for _, b in contention]
+    machine_note = (
+        f"\n\nThe machine's own price of two processes at once (`probe_work`: a landing file's partial "
+        f"sums and a sort, in one process alone, then in two at the same time): {_spread(alone, '.2f')} "
+        f"CPU s alone, {_spread(paired, '.2f')} CPU s each when paired, "
+        f"{_spread([b / a for a, b in contention], '.2f')}x. Two one-thread workers pay it on the work "
+        "they do at the same time, and the embedded run pays it where its threads overlap."
+    )
     write_section(
         "Production profile: run-day on Dask, S3 and PostgreSQL",
         f"`{command_line('benchmarks.cluster')}`\n\nMachine: {machine()}. One landing day of {events:,} "
@@ -329,12 +317,13 @@ def main() -> None:
         "run (user + system). The workers' statistical profiler is off (`distributed.worker.profile."
         "enabled: false`), as docs/deploy.md advises. Each cluster's workers import the pipelines' modules before the run, as a "
         "long-lived cluster's have (the embedded run imports them before its first step): "
-        + ", ".join(f"{n} {r.warm_up:.1f} CPU s" for n, r in rows[1:])
-        + " in all, not counted above.\n\n"
+        + ", ".join(f"{n} {w:.1f} CPU s" for n, w in list(warm_up.items())[1:])
+        + " in all, not counted above." + several + "\n\n"
         "| run | wall s | events/s | vs embedded | peak memory MB | CPU s |\n|---|---|---|---|---|---|\n"
         + table
+        + machine_note
         + "\n\nPer step (the command's step times, `USAGE_BILLING_STEP_TIMES`; CPU and memory sampled "
-        "every 100 ms):\n\n" + _steps_table(rows, events),
+        "every 100 ms):\n\n" + _steps_table(rounds),
     )
 
 
