@@ -24,7 +24,7 @@ from pipelines.quota.commands import quota_app
 from pipelines.runtime import compat
 from pipelines.runtime.console import err, out
 from pipelines.runtime.logs import quiet
-from pipelines.runtime.startup import defer_collection_until_work, tune_allocator
+from pipelines.runtime.startup import arrow_memory_pool, defer_collection_until_work, tune_allocator
 from pipelines.settings import DEFAULT_CONFIG, DEFAULT_DATABASE_URL, DEFAULT_LAKE, DEFAULT_LANDING, Settings
 from pipelines.usage.commands import usage_app
 from pipelines.warehouse import sqlite_files
@@ -154,10 +154,11 @@ def run() -> None:
     10M-event ingest, on every run. Exit handlers (logging's flush among them) still run first. Under
     a profiler or a tracer (``python -m cProfile``, coverage) it exits the usual way, so they can
     write what they measured. Garbage collection waits for the step's work to start, and the C
-    library's allocator keeps the memory it reuses (``startup``).
+    library's allocator and Arrow's keep the memory they reuse (``startup``).
     """
     defer_collection_until_work()
     tune_allocator()
+    arrow_memory_pool()
     code = main()
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)

@@ -5,10 +5,10 @@ harness gives them to Beam's file systems. The DaskRunner runs DoFns in Dask wor
 nobody gives options: an ``s3://`` lake configured by ``--s3_*`` flags would be reached there with no
 endpoint or credentials at all. ``prepare_workers`` registers a worker plugin, before the pipeline
 runs, that gives every worker of the cluster (and any that joins later) the run's file-system settings
-and its allocators' settings (``startup.tune_allocator``, the command line's; ``worker_memory_pool``:
-Arrow's from jemalloc). Without them a worker took ten times the page faults of the embedded run and
-a fifth of its CPU went to the kernel. Settings taken from the environment (``AWS_*``) are the
-workers' own environment's. It also spreads the run over the cluster's workers
+and its allocators' settings (``startup.tune_allocator`` and ``startup.arrow_memory_pool``, the
+command line's, with less free memory kept). Without them a worker took ten times the page faults of
+the embedded run and a fifth of its CPU went to the kernel. Settings taken from the environment
+(``AWS_*``) are the workers' own environment's. It also spreads the run over the cluster's workers
 (``PARTITIONS_PER_THREAD``). ``cluster_executor`` hands a step's own Python work (the data-quality
 gate) to the same cluster.
 """
@@ -18,9 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
-import pyarrow
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.errors import UsageBillingError
@@ -31,31 +29,13 @@ except ImportError:  # without the dask extra: prepare_workers says so
     Client = None  # type: ignore[assignment,misc]  # stands for the optional class when it is absent
     WorkerPlugin = object  # type: ignore[assignment,misc]  # the same: a base class to subclass
 from pipelines.lake.paths import filesystem_values, set_filesystem_options
-from pipelines.runtime.startup import WORKER_TRIM_THRESHOLD, tune_allocator
-from pipelines.settings import arrow_pool_chosen, arrow_realigns
-
-WORKER_DECAY_MS = 250  # jemalloc keeps freed pages this long for the next allocation (and as long again
-# marked free for the kernel to take)
-
-
-def worker_memory_pool(arrow: Any = None) -> str:
-    """Arrow's allocations in a Dask worker from jemalloc, which keeps freed pages a quarter of a second
-    (``WORKER_DECAY_MS``). Returns the pool's name. With the default (mimalloc), which hands freed
-    pages back within milliseconds, a worker's task thread spent 5 s of a 25 s ingest of 10M events in
-    the kernel, faulting its buffers in fresh; with jemalloc 1.4 s, and 20 s in all. The command
-    line's own process keeps the default: there jemalloc bought nothing. A worker started with
-    ``ARROW_DEFAULT_MEMORY_POOL`` keeps what it was given, and so does a pyarrow built without
-    jemalloc."""
-    pa = arrow if arrow is not None else pyarrow
-    if arrow_pool_chosen():
-        return str(pa.default_memory_pool().backend_name)
-    try:
-        pa.jemalloc_set_decay_ms(WORKER_DECAY_MS)
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except NotImplementedError:  # built without jemalloc
-        pass
-    return str(pa.default_memory_pool().backend_name)
-
+from pipelines.runtime.startup import (
+    WORKER_DECAY_MS,
+    WORKER_TRIM_THRESHOLD,
+    arrow_memory_pool,
+    tune_allocator,
+)
+from pipelines.settings import arrow_realigns
 
 PLUGIN = "usage-billing-worker-settings"
 # The DaskRunner splits each Create into partitions of 128 elements by default, and every later step
@@ -76,7 +56,7 @@ class WorkerSettings(WorkerPlugin):
 
     def setup(self, worker) -> None:
         tune_allocator(trim_threshold=WORKER_TRIM_THRESHOLD)
-        worker_memory_pool()
+        arrow_memory_pool(WORKER_DECAY_MS)
         arrow_realigns()
         set_filesystem_options(PipelineOptions.from_dictionary(self.values))
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import gc
+from typing import Any
+
+import pyarrow
+
+from pipelines.settings import arrow_pool_chosen
 
 _deferred = {"collection": False}
 
@@ -52,3 +57,25 @@ def tune_allocator(libc: object | None = None, trim_threshold: int = TRIM_THRESH
 
 # A Dask worker holds more at once (the tasks' results) and runs for days: less free heap kept.
 WORKER_TRIM_THRESHOLD = 64 << 20
+WORKER_DECAY_MS = 250  # a worker's jemalloc keeps freed pages this long for the next allocation (and as
+# long again marked free for the kernel to take); the command line keeps Arrow's own setting
+
+
+def arrow_memory_pool(decay_ms: int | None = None, arrow: Any = None) -> str:
+    """Arrow's allocations from jemalloc rather than Arrow's default (mimalloc); ``decay_ms``: how long
+    freed pages are kept (None: Arrow's own setting). Returns the pool's name. mimalloc hands large
+    freed blocks back to the kernel within milliseconds: in a Dask worker the task thread spent 5 s of
+    a 25 s ingest of 10M events faulting its buffers in fresh (1.4 s with jemalloc), and in the command
+    line a day's run-day took 98-99 CPU s against 90-92 with jemalloc, its gate 17.5 s against 12.1,
+    its largest process 3.6 GB against 3.1. A process started with ``ARROW_DEFAULT_MEMORY_POOL``
+    keeps what it was given, and so does a pyarrow built without jemalloc."""
+    pa = arrow if arrow is not None else pyarrow
+    if arrow_pool_chosen():
+        return str(pa.default_memory_pool().backend_name)
+    try:
+        if decay_ms is not None:
+            pa.jemalloc_set_decay_ms(decay_ms)
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except NotImplementedError:  # built without jemalloc
+        pass
+    return str(pa.default_memory_pool().backend_name)

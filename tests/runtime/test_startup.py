@@ -60,18 +60,22 @@ def test_the_command_line_tunes_glibcs_allocator_where_there_is_one():
 
 def test_a_dask_worker_gets_the_command_lines_allocator_settings(monkeypatch):
     from pipelines.runtime import dask
-    from pipelines.runtime.startup import WORKER_TRIM_THRESHOLD
+    from pipelines.runtime.startup import WORKER_DECAY_MS, WORKER_TRIM_THRESHOLD
 
     calls: list = []
     monkeypatch.setattr(dask, "tune_allocator", lambda **kw: calls.append(("allocator", kw)) or True)
-    monkeypatch.setattr(dask, "worker_memory_pool", lambda: calls.append("arrow pool") or "jemalloc")
+    monkeypatch.setattr(dask, "arrow_memory_pool", lambda ms: calls.append(("arrow pool", ms)) or "jemalloc")
     monkeypatch.setattr(dask, "set_filesystem_options", lambda options: calls.append("filesystems"))
     dask.WorkerSettings({"s3_region_name": "us-east-1"}).setup(worker=None)
-    assert calls == [("allocator", {"trim_threshold": WORKER_TRIM_THRESHOLD}), "arrow pool", "filesystems"]
+    assert calls == [
+        ("allocator", {"trim_threshold": WORKER_TRIM_THRESHOLD}),
+        ("arrow pool", WORKER_DECAY_MS),
+        "filesystems",
+    ]
 
 
-def test_a_dask_worker_takes_arrows_memory_from_jemalloc_unless_told_otherwise(monkeypatch):
-    from pipelines.runtime.dask import WORKER_DECAY_MS, worker_memory_pool
+def test_arrows_memory_comes_from_jemalloc_unless_told_otherwise(monkeypatch):
+    from pipelines.runtime.startup import WORKER_DECAY_MS, arrow_memory_pool
 
     class Arrow:  # pyarrow's pool functions, recorded
         def __init__(self, jemalloc: bool) -> None:
@@ -93,9 +97,11 @@ def test_a_dask_worker_takes_arrows_memory_from_jemalloc_unless_told_otherwise(m
 
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     arrow = Arrow(jemalloc=True)
-    assert worker_memory_pool(arrow) == "jemalloc"
+    assert arrow_memory_pool(WORKER_DECAY_MS, arrow) == "jemalloc"
     assert arrow.calls == [("decay", WORKER_DECAY_MS)]
-    assert worker_memory_pool(Arrow(jemalloc=False)) == "mimalloc"  # a build without it: as it was
+    command_line = Arrow(jemalloc=True)
+    assert arrow_memory_pool(None, command_line) == "jemalloc" and command_line.calls == []  # Arrow's decay
+    assert arrow_memory_pool(WORKER_DECAY_MS, Arrow(jemalloc=False)) == "mimalloc"  # a build without it
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
     chosen = Arrow(jemalloc=True)
-    assert worker_memory_pool(chosen) == "mimalloc" and chosen.calls == []  # the operator's choice stands
+    assert arrow_memory_pool(WORKER_DECAY_MS, chosen) == "mimalloc" and chosen.calls == []  # the operator's
