@@ -67,7 +67,7 @@ def arrow_memory_pool(decay_ms: int | None = None, arrow: Any = None) -> str:
     freed blocks back to the kernel within milliseconds: in a Dask worker the task thread spent 5 s of
     a 25 s ingest of 10M events faulting its buffers in fresh (1.4 s with jemalloc), and in the command
     line a day's run-day took 98-99 CPU s against 90-92 with jemalloc, its gate 17.5 s against 12.1,
-    its largest process 3.6 GB against 3.1. A process started with ``ARROW_DEFAULT_MEMORY_POOL``
+    its largest process 3.7 GB against 3.1. A process started with ``ARROW_DEFAULT_MEMORY_POOL``
     keeps what it was given, and so does a pyarrow built without jemalloc."""
     pa = arrow if arrow is not None else pyarrow
     if arrow_pool_chosen():
