@@ -87,6 +87,8 @@ def test_arrows_memory_comes_from_jemalloc_unless_told_otherwise(monkeypatch):
             self.calls.append(("decay", ms))
 
         def jemalloc_memory_pool(self) -> str:
+            if not self.jemalloc:
+                raise NotImplementedError("built without jemalloc")
             return "jemalloc"
 
         def set_memory_pool(self, pool: str) -> None:
@@ -102,6 +104,7 @@ def test_arrows_memory_comes_from_jemalloc_unless_told_otherwise(monkeypatch):
     command_line = Arrow(jemalloc=True)
     assert arrow_memory_pool(None, command_line) == "jemalloc" and command_line.calls == []  # Arrow's decay
     assert arrow_memory_pool(WORKER_DECAY_MS, Arrow(jemalloc=False)) == "mimalloc"  # a build without it
+    assert arrow_memory_pool(None, Arrow(jemalloc=False)) == "mimalloc"  # the command line's call too
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
     chosen = Arrow(jemalloc=True)
     assert arrow_memory_pool(WORKER_DECAY_MS, chosen) == "mimalloc" and chosen.calls == []  # the operator's
