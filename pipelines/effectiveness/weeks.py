@@ -29,6 +29,7 @@ from billing import effectiveness as eff
 from billing.effectiveness_groups import group_metrics
 from pipelines import lake
 from pipelines.errors import UsageBillingError
+from pipelines.runtime import faults
 from pipelines.warehouse.gate import held_back
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA, utc_date
@@ -198,6 +199,7 @@ class FinishWeek(beam.DoFn):
         lake.write_parquet(
             _staged(self.stage_root, "weeks", week), pa.Table.from_pylist([counts], schema=WEEK_SCHEMA)
         )
+        faults.checkpoint("effectiveness.staged")
         yield week
 
 

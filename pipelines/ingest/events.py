@@ -207,6 +207,7 @@ class DedupAndStage(beam.DoFn):
             # Each part is sorted already: a stable sort (timsort) merges the runs, 4x a quicksort.
             merged = np.sort(np.concatenate(parts_h), kind="stable")
             lake.write_npy(lake.join(folder, index_file(shard)), merged)
+        faults.checkpoint("ingest.staged")
 
     def _open(
         self, existing: LakeShard, day: dt.date, shard: int

@@ -116,6 +116,7 @@ def _validate(
             gate = starting.result()
             with _GX_RUNS:
                 reports += gate.validate_many(table, [part for part, _ in batch])
+    faults.checkpoint("gate.checked")
     return reports
 
 

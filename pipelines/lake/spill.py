@@ -41,13 +41,19 @@ Segment = tuple[str, int, int]
 def write_ipc_segments(path: str, table: pa.Table, segments: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Each (offset, length) segment of ``table`` as an Arrow IPC stream of its own, one after another
     in one file; returns each segment's byte range [first, end), for ``read_ipc_segment`` to read back
-    just that segment."""
+    just that segment.
+
+    The file appears whole or not at all (on a local disk: written beside it, then renamed; an object
+    is stored when it is closed). A task that runs again after its worker was lost writes the same
+    bytes under the same name, while tasks of the next stage may be reading the first copy."""
     ranges: list[tuple[int, int]] = []
     if is_local(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        partial = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
         # Buffered: the writer hands over every column buffer of every batch on its own.
-        with pa.BufferedOutputStream(pa.OSFile(path, "wb"), buffer_size=1 << 20) as sink:
+        with pa.BufferedOutputStream(pa.OSFile(partial, "wb"), buffer_size=1 << 20) as sink:
             _write_segments(sink, table, segments, ranges)
+        os.replace(partial, path)
         return ranges
     with create_object(path) as handle:  # uploaded when closed (``objects.ObjectWriter`` on S3)
         _write_segments(handle, table, segments, ranges)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import uuid
 
 import apache_beam as beam
 import pyarrow as pa
@@ -30,6 +29,7 @@ from pipelines.quota.store import (
     spill_by_account,
     spill_days,
 )
+from pipelines.runtime import faults
 from schemas import tokens
 from schemas.catalog import Catalog
 from schemas.events import LAKE_SCHEMA
@@ -83,6 +83,7 @@ class ReadAndSpill(beam.DoFn):
         name = hashlib.sha1(repr(unit).encode()).hexdigest()[:20]
         lake.write_parquet(lake.join(self.stage_root, EVENTS_READ, f"unit-{name}.parquet"), counted)
         yield from spill_by_account(events, self.spill_root, repr(unit), self.shards, "events")
+        faults.checkpoint("meter.spilled")
 
 
 class SpillState(beam.DoFn):
@@ -195,17 +196,21 @@ def _crossing_rows(events: pa.Table, crossings: pa.Table, in_range: pa.Array) ->
 
 
 class StageShardTable(beam.DoFn):
-    """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN-<unique>.parquet``, what the driver loads.
-    A name of its own per element: were a shard ever handed over twice, its second table could not
-    replace the first unseen (the load's checks count what each shard staged)."""
+    """(kind, shard, table) -> ``<stage>/<kind>/shard-NNNN.parquet``, what the driver loads.
+
+    One name per kind and shard: a task the runner runs again (its worker was lost, with the task or
+    with the results it held) writes the same tables under the same names, so nothing is staged
+    twice. Were a shard's events ever allocated in two parts, the second part's count would replace
+    the first's and the load's conservation check (events read against events allocated) stops the
+    run."""
 
     def __init__(self, stage_root: str) -> None:
         self.stage_root = stage_root
 
     def process(self, element):
         kind, shard, table = element
-        name = f"shard-{shard:04d}-{uuid.uuid4().hex[:12]}.parquet"
-        lake.write_parquet(lake.join(self.stage_root, kind, name), table)
+        lake.write_parquet(lake.join(self.stage_root, kind, f"shard-{shard:04d}.parquet"), table)
+        faults.checkpoint("meter.staged")
 
 
 class MeterQuota(beam.PTransform):

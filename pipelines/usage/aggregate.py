@@ -23,6 +23,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from pipelines import lake
+from pipelines.runtime import faults
 from pipelines.runtime.context import RunContext, StepOptions, split_argv
 from pipelines.runtime.dates import dates_of
 from pipelines.runtime.options import parallel_tasks, run_pipeline
@@ -129,6 +130,7 @@ class StageDay(beam.DoFn):
         for name in OUTPUTS:
             path = lake.join(lake.partition(self.stage_root, name, day), "part-0000.parquet")
             lake.write_parquet(path, getattr(partials, name))
+        faults.checkpoint("aggregate.staged")
         yield day
 
 

@@ -27,6 +27,7 @@ from pipelines.settings import Settings
 from pipelines.warehouse.binding import rebind
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.warehouse import (
+    Base,
     BillableUsage,
     MeteredDay,
     ModelDaily,
@@ -132,6 +133,20 @@ def warehouse_state(url: str) -> dict:
     return state
 
 
+def more_state(url: str) -> dict:
+    """What the other steps of ``run-day`` load: the pools' draws, the week's effectiveness (without
+    the time it was computed)."""
+    state = {}
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        for table in ("pool_draws", "task_effectiveness", "effectiveness_weeks"):
+            columns = [c.name for c in Base.metadata.tables[table].columns if c.name != "computed_at"]
+            rows = conn.execute(text(f"SELECT {', '.join(columns)} FROM {table}")).all()
+            state[table] = sorted(_rows(rows), key=repr)
+    engine.dispose()
+    return state
+
+
 def _copy(src: Settings, dest: Path) -> Settings:
     """A copy of a SQLite warehouse and its lake (the state after DAY1) to run a scenario on."""
     dest.mkdir(parents=True)
@@ -168,7 +183,11 @@ def reference(after_day1, tmp_path_factory) -> dict:  # type: ignore[no-untyped-
     """Uninterrupted: DAY2, then the month drafted and finalized."""
     s = _copy(after_day1, tmp_path_factory.mktemp("reference") / "run")
     ok(s, "run-day", "--date", DAY2.isoformat())
-    day2 = {"lake": lake_state(s.lake), "warehouse": warehouse_state(s.database_url)}
+    day2 = {
+        "lake": lake_state(s.lake),
+        "warehouse": warehouse_state(s.database_url),
+        "more": more_state(s.database_url),
+    }
     close_month(s, MONTH, Path(s.lake).parent)
     ok(s, "invoices", "draft", "--month", MONTH)
     drafted = warehouse_state(s.database_url)
@@ -248,6 +267,50 @@ def test_a_run_day_killed_at_any_step_leaves_no_partial_state_and_the_rerun_equa
     assert not lake.list_files(lake.join(s.lake, lake.STAGING), "*"), "the rerun left staging behind"
     with make_engine(s.database_url).connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM recompute_queue")).scalar_one() == 0
+
+
+# The tasks' checkpoints of every step of run-day (``pipelines/runtime/faults.py``).
+IN_TASKS = (
+    "ingest.staged",
+    "gate.checked",
+    "aggregate.staged",
+    "meter.spilled",
+    "meter.staged",
+    "effectiveness.staged",
+)
+
+
+def test_a_dask_worker_lost_in_each_step_is_replaced_and_the_run_equals_an_uninterrupted_one(
+    after_day1, reference, tmp_path
+):
+    """A worker killed once in the tasks of each step (six kills in one run): its nanny starts it
+    again and Dask runs again the tasks it was running and those whose results it held. Every task
+    writes what it staged under the same names each time it runs, so the run finishes with the rows of
+    a run nothing interrupted, and nothing counted twice."""
+    import distributed
+
+    s = _copy(after_day1, tmp_path / "run")
+    marker = tmp_path / "killed"
+    fault = ",".join(f"{point}:kill-once" for point in IN_TASKS)
+    env = {"USAGE_BILLING_FAULT": fault, "USAGE_BILLING_FAULT_FILE": str(marker)}
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env=env
+    ) as cluster:
+        runner = "--runner=apache_beam.runners.dask.dask_runner.DaskRunner"
+        ok(
+            s,
+            "run-day",
+            "--date",
+            DAY2.isoformat(),
+            "--",
+            runner,
+            f"--dask_client_address={cluster.scheduler_address}",
+        )
+    killed = sorted(p.name.removeprefix("killed.") for p in tmp_path.glob("killed.*"))
+    assert killed == sorted(IN_TASKS), "a worker was killed in each step's tasks"
+    assert lake_state(s.lake) == reference["day2"]["lake"]
+    assert warehouse_state(s.database_url) == reference["day2"]["warehouse"]
+    assert more_state(s.database_url) == reference["day2"]["more"]
 
 
 def test_a_killed_ingest_commit_is_finished_by_the_next_ingest_and_its_dates_recomputed(after_day1, tmp_path):
