@@ -123,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         return _database_failed(str(exc))
     except (psycopg.Error, sqlite3.Error) as exc:  # raised by the driver itself (a COPY, a raw cursor)
         return _database_failed(str(exc) or type(exc).__name__)
+    except Exception as exc:
+        workers = _lost_workers(exc)
+        if workers is None:
+            raise
+        err.print(f"error: {workers}", markup=False, highlight=False, soft_wrap=True)
+        return 2
     lost = sqlite_files.vanished()
     if lost:
         err.print(
@@ -144,6 +150,21 @@ def _database_failed(reason: str) -> int:
         soft_wrap=True,
     )
     return 2
+
+
+def _lost_workers(exc: Exception) -> str | None:
+    """Dask's ``KilledWorker`` as one line: a task whose workers all died while running it (each time
+    another worker ran it again, ``distributed.scheduler.allowed-failures`` times). Known by its name:
+    a command that uses no cluster does not import Dask to recognize it."""
+    if type(exc).__name__ != "KilledWorker" or len(exc.args) != 3:
+        return None
+    task, worker, allowed = exc.args
+    where = getattr(worker, "address", worker)
+    return (
+        f"{int(allowed) + 1} Dask workers in turn died running one task of this run ({task}; the last "
+        f"was {where}; out of memory or killed: see its log); the step committed nothing: rerun the "
+        "command once the cluster is healthy"
+    )
 
 
 def run() -> None:

@@ -221,6 +221,30 @@ def test_beam_flags_after_double_dash_reach_the_pipeline(capsys, sqlite_settings
     assert "clean" in out
 
 
+def test_a_task_whose_dask_workers_all_died_is_one_line(capsys, monkeypatch, sqlite_settings):
+    from types import SimpleNamespace
+
+    from distributed.scheduler import KilledWorker
+
+    from pipelines.lake import paths
+
+    def lost(flags):  # type: ignore[no-untyped-def]
+        raise KilledWorker("apply_dofn_to_bundle-1", SimpleNamespace(address="tcp://10.0.0.7:4100"), 3)
+
+    monkeypatch.setattr(paths, "use_filesystem_options", lost)
+    code, _, err = _run(capsys, "--database-url", sqlite_settings.database_url, "db", "upgrade")
+    assert code == 2
+    assert err.startswith("error: 4 Dask workers in turn died running one task of this run")
+    assert "tcp://10.0.0.7:4100" in err and "rerun" in err and len(err.strip().splitlines()) == 1
+
+    def broken(flags):  # type: ignore[no-untyped-def]
+        raise ValueError("a bug")  # anything else is not dressed up as a lost worker
+
+    monkeypatch.setattr(paths, "use_filesystem_options", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        _run(capsys, "--database-url", sqlite_settings.database_url, "db", "upgrade")
+
+
 def test_unknown_beam_runner(capsys, sqlite_settings):
     from tests.conftest import small_dates
 
