@@ -23,6 +23,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from billing.calendar import zone_problem
 from pipelines.errors import UsageBillingError
+from pipelines.warehouse.engine import read_arrow
 from pipelines.warehouse.locks import step_lock
 from pipelines.warehouse.remeter import account_rows, queue_account_changes
 from schemas.catalog import Catalog
@@ -196,17 +197,21 @@ def load_accounts(engine: Engine, path: Path, catalog: Catalog) -> int:
     return len(rows)
 
 
+ACCOUNT_SCHEMA = pa.schema(
+    [
+        ("account_id", pa.string()),
+        ("active_from", pa.date32()),
+        ("active_until", pa.date32()),
+        ("plan", pa.string()),
+        ("timezone", pa.string()),
+    ]
+)
+
+
 def load_accounts_table(engine) -> pa.Table:
+    """What metering and the reports need of every account period (``ACCOUNT_SCHEMA``), straight from
+    the driver's rows: a hundred thousand accounts as SQLAlchemy rows made into dictionaries took half
+    a second of every metering run."""
     t = Account.__table__
     with engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(select(t))]
-    schema = pa.schema(
-        [
-            ("account_id", pa.string()),
-            ("active_from", pa.date32()),
-            ("active_until", pa.date32()),
-            ("plan", pa.string()),
-            ("timezone", pa.string()),
-        ]
-    )
-    return pa.Table.from_pylist(rows, schema=schema)
+        return read_arrow(conn, select(*(t.c[name] for name in ACCOUNT_SCHEMA.names)), ACCOUNT_SCHEMA)

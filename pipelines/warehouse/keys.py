@@ -55,8 +55,21 @@ def _dictionary_ranks(column: pa.ChunkedArray) -> np.ndarray | None:
     of the distinct values, not of every row), sorted once, looked up by each row's index."""
     if column.null_count or not column.num_chunks:
         return None
-    unified = column.unify_dictionaries()
+    # A bulk load unifies its table's dictionaries first: unifying again would hash every chunk's
+    # (shared) dictionary once more, a hundred thousand accounts times hundreds of chunks.
+    unified = column if _one_dictionary(column) else column.unify_dictionaries()
     dictionary = unified.chunk(0).dictionary
     rank = np.empty(len(dictionary), np.int64)
     rank[pc.sort_indices(dictionary).to_numpy()] = np.arange(len(dictionary))
     return np.concatenate([rank[chunk.indices.to_numpy()] for chunk in unified.chunks])
+
+
+def _one_dictionary(column: pa.ChunkedArray) -> bool:
+    """Every chunk holds the very same dictionary (the same buffers, as ``unify_dictionaries`` leaves
+    them): no value is compared."""
+
+    def where(chunk: pa.DictionaryArray) -> list[int | None]:
+        return [None if b is None else b.address for b in chunk.dictionary.buffers()]
+
+    first = where(column.chunk(0))
+    return all(where(chunk) == first for chunk in column.chunks[1:])
