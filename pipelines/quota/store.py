@@ -31,10 +31,7 @@ from schemas.lake import ALLOCATION_SCHEMA, BALANCE_SCHEMA
 from schemas.warehouse import BillableUsage, MeteredDate, MeteredDay, MeterQueue, PoolDraw, PoolUsage
 
 log = logging.getLogger(__name__)
-# Events allocated at once (all of an account's events stay in one shard). Each shard stages six tables
-# and a sidecar that the driver reads back one request each: at 100,000 a 10M-event day made 700
-# objects, and the driver's reads of them cost more CPU than the loads that followed.
-SHARD_ROWS = 250_000
+SHARD_ROWS = 250_000  # events allocated at once; each shard stages 7 objects the driver reads back
 
 ALLOCATIONS = "allocations"
 
