@@ -5,7 +5,7 @@ appended a row group at a time, scanned and cut into units of row groups for par
 from __future__ import annotations
 
 import base64
-import os
+import contextlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,6 +21,7 @@ from pipelines.lake.paths import (
     io_errors,
     is_local,
     list_files,
+    local_atomic,
     open_object,
     partition,
     partition_dates,
@@ -69,8 +70,8 @@ def _split_type(typ: pa.DataType) -> bool:
 def write_parquet(path: str, table: pa.Table) -> None:
     options = _parquet_options(table.schema)
     if is_local(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        pq.write_table(table, path, **options)
+        with local_atomic(path) as partial:
+            pq.write_table(table, partial, **options)
         faults.checkpoint("lake.write")
     else:
         with create_object(path) as handle:
@@ -90,12 +91,12 @@ class ParquetAppender:
     def __init__(self, path: str, schema: pa.Schema, stored: pa.Schema | None = None) -> None:
         self.path = path
         self._handle = None
+        self._local = contextlib.ExitStack()
         self._stored = stored
         self._dictionaries = any(pa.types.is_dictionary(f.type) for f in schema)
         with writing(path):
-            if is_local(path):
-                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                sink: object = path
+            if is_local(path):  # written beside ``path``, renamed into place when closed
+                sink: object = self._local.enter_context(local_atomic(path))
             else:
                 self._handle = create_object(path)
                 sink = self._handle
@@ -121,6 +122,7 @@ class ParquetAppender:
             self._writer.close()
             if self._handle is not None:
                 self._handle.close()
+            self._local.close()
 
 
 def open_parquet(path: str, **options: object) -> pq.ParquetFile:

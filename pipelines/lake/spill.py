@@ -11,7 +11,6 @@ file's footer and per-batch reads made that five requests each.
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
 import threading
@@ -28,6 +27,7 @@ from pipelines.lake.paths import (
     create_object,
     io_errors,
     is_local,
+    local_atomic,
     open_object,
 )
 
@@ -48,12 +48,12 @@ def write_ipc_segments(path: str, table: pa.Table, segments: list[tuple[int, int
     bytes under the same name, while tasks of the next stage may be reading the first copy."""
     ranges: list[tuple[int, int]] = []
     if is_local(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        partial = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
         # Buffered: the writer hands over every column buffer of every batch on its own.
-        with pa.BufferedOutputStream(pa.OSFile(partial, "wb"), buffer_size=1 << 20) as sink:
+        with (
+            local_atomic(path) as partial,
+            pa.BufferedOutputStream(pa.OSFile(partial, "wb"), buffer_size=1 << 20) as sink,
+        ):
             _write_segments(sink, table, segments, ranges)
-        os.replace(partial, path)
         return ranges
     with create_object(path) as handle:  # uploaded when closed (``objects.ObjectWriter`` on S3)
         _write_segments(handle, table, segments, ranges)
@@ -293,8 +293,7 @@ class IpcSegments:
 @io_errors
 def write_npy(path: str, array: np.ndarray) -> None:
     if is_local(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "wb") as handle:
+        with local_atomic(path) as partial, open(partial, "wb") as handle:
             np.save(handle, array, allow_pickle=False)  # straight from the array: no copy in between
     else:
         buf = io.BytesIO()
