@@ -58,9 +58,15 @@ def small_landing(tmp_path_factory, catalog) -> Path:  # type: ignore[no-untyped
 
 @pytest.fixture(scope="session")
 def s3_endpoint():  # type: ignore[no-untyped-def]
-    """moto's S3 server on loopback for the session (``tests/s3.py``)."""
+    """rclone's S3 server on loopback for the session (``tests/s3.py``), or the S3 API at
+    ``USAGE_BILLING_TEST_S3_ENDPOINT`` (MinIO, moto's server, ...; key ``test``, secret ``test``): the
+    object-store tests then run against that implementation instead."""
     from tests.s3 import s3_server
 
+    other = os.environ.get("USAGE_BILLING_TEST_S3_ENDPOINT")
+    if other:
+        yield other
+        return
     with s3_server() as endpoint:
         yield endpoint
 
