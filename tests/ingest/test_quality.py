@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,9 +16,10 @@ from pipelines.errors import DataQualityError
 from pipelines.ingest import quality, quality_gx, quality_pages
 from pipelines.jobs.generate import GeneratorConfig, generate
 from pipelines.jobs.landing import to_json_lines
+from pipelines.settings import Settings
 from pipelines.warehouse.engine import make_engine
 from schemas.warehouse import DqAcceptance, DqResult, UsageDaily
-from tests.conftest import cli_args, run_day
+from tests.conftest import Built, build_once, cli_args, run_day
 
 DAY = dt.date(2026, 3, 23)  # a Monday; history on the three Mondays before
 
@@ -46,14 +47,21 @@ def _landing(tmp_path: Path, catalog, counts: dict[dt.date, int]) -> Path:  # ty
     return root
 
 
-@pytest.fixture
-def volume_drop(tmp_path, catalog, sqlite_settings):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def volume_drop_once(tmp_path_factory, catalog) -> Iterator[Built]:  # type: ignore[no-untyped-def]
+    """Three Mondays of 1,000 events run day by day, and a fourth landed with 120 (not yet run), built
+    once for the module."""
+    root = tmp_path_factory.mktemp("volume-drop")
     counts = {DAY - dt.timedelta(days=7 * k): 1000 for k in (3, 2, 1)}
     counts[DAY] = 120  # a drop far below a third of the same-weekday median
-    settings = replace(sqlite_settings, landing=str(_landing(tmp_path, catalog, counts)))
-    for day in sorted(counts)[:-1]:
-        run_day(settings, [day])
-    return settings
+    landing = _landing(root, catalog, counts)
+    steps = [["run-day", "--date", str(d)] for d in sorted(counts)[:-1]]
+    yield from build_once("sqlite", root, landing, steps)
+
+
+@pytest.fixture
+def volume_drop(volume_drop_once, tmp_path, request) -> Settings:  # type: ignore[no-untyped-def]
+    return volume_drop_once.copy(tmp_path, request)
 
 
 def test_clean_partitions_pass_and_results_are_stored_and_rendered(volume_drop):

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -19,21 +20,33 @@ from sqlalchemy import and_, func, select
 
 from billing.plan import attach_accounts
 from pipelines import lake
-from pipelines.ingest import events as ingest
 from pipelines.quota import meter, store
+from pipelines.settings import Settings
 from pipelines.warehouse.accounts import load_accounts, load_accounts_table
 from pipelines.warehouse.engine import make_engine, upgrade
 from schemas.lake import ALLOCATION_SCHEMA
 from schemas.warehouse import Account, BillableUsage, Notification, PoolDraw, PoolUsage
-from tests.conftest import CATALOG_PATH, date_args, small_dates, table_rows
+from tests.conftest import CATALOG_PATH, Built, build_once, date_args, small_dates, table_rows
+
+
+@pytest.fixture(scope="module")
+def ingested_once(tmp_path_factory, small_landing) -> Iterator[Built]:  # type: ignore[no-untyped-def]
+    """The small landing days' accounts loaded and events ingested, built once for the module; no
+    metering yet: the tests meter."""
+    yield from build_once(
+        "sqlite",
+        tmp_path_factory.mktemp("meter"),
+        small_landing,
+        [
+            ["accounts", "load", str(Path(small_landing) / "accounts.csv")],
+            ["events", "ingest", *date_args(small_dates())],
+        ],
+    )
 
 
 @pytest.fixture
-def ingested(sqlite_settings, catalog):  # type: ignore[no-untyped-def]
-    engine = make_engine(sqlite_settings.database_url)
-    load_accounts(engine, Path(sqlite_settings.landing) / "accounts.csv", catalog)
-    ingest.main([*sqlite_settings.argv(), *date_args(small_dates())])  # no metering yet: the tests meter
-    return sqlite_settings
+def ingested(ingested_once, tmp_path, request) -> Settings:  # type: ignore[no-untyped-def]
+    return ingested_once.copy(tmp_path, request)
 
 
 def _meter(settings, dates):  # type: ignore[no-untyped-def]
