@@ -53,11 +53,18 @@ def test_a_reader_sees_the_old_partition_or_the_new_never_a_mix(bucket):
     seen: list[set[int]] = []
     retried = 0
     done = threading.Event()
+    read = threading.Condition()  # the reader's whole reads so far, for the writer to wait on
 
     def write() -> None:
         try:
             for version in range(2, 12):
                 lake.commit(_stage(bucket, version), final, f"run-{version}")
+                # Before the next commit, two whole reads: the second began after this commit ended.
+                # The reader keeps reading while the next commit runs; on a loaded machine the writer
+                # thread could otherwise finish every commit before the reader read once.
+                with read:
+                    start = len(seen)
+                    read.wait_for(lambda start=start: len(seen) >= start + 2, timeout=60)
         finally:
             done.set()
 
@@ -69,7 +76,9 @@ def test_a_reader_sees_the_old_partition_or_the_new_never_a_mix(bucket):
         except Exception:  # a reader slower than two commits: its files were cleaned up
             retried += 1
             continue
-        seen.append(set(table["version"].to_pylist()))
+        with read:
+            seen.append(set(table["version"].to_pylist()))
+            read.notify_all()
         assert sorted(set(table["file"].to_pylist())) == list(FILES)
     writer.join()
     assert seen and all(len(versions) == 1 for versions in seen), seen
