@@ -114,9 +114,9 @@ def test_no_function_over_60_lines_in_billing_or_a_beam_module():
 
 
 # Inside pipelines/, lowest first: a module imports only from its own layer and those below it. The
-# core is what everything may use (errors, settings, dates, the fault hook, logs, start-up tuning); the
-# runtime that builds engines and Beam options sits above the lake and the warehouse; every package's
-# ``commands`` module is a command-line edge, at the stages' layer.
+# core is what everything may use (errors, settings, dates, the fault hook, whole-file writes, logs,
+# start-up tuning); the runtime that builds engines and Beam options sits above the lake and the
+# warehouse; every package's ``commands`` module is a command-line edge, at the stages' layer.
 PIPELINE_LAYERS = (
     (
         "pipelines.errors",
@@ -124,6 +124,7 @@ PIPELINE_LAYERS = (
         "pipelines.runtime.compat",
         "pipelines.runtime.dates",
         "pipelines.runtime.faults",
+        "pipelines.runtime.files",
         "pipelines.runtime.logs",
         "pipelines.runtime.startup",
     ),

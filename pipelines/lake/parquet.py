@@ -21,13 +21,13 @@ from pipelines.lake.paths import (
     io_errors,
     is_local,
     list_files,
-    local_atomic,
     open_object,
     partition,
     partition_dates,
     writing,
 )
 from pipelines.runtime import faults
+from pipelines.runtime.files import local_atomic
 from schemas.events import LAKE_SCHEMA, TOKEN_FIELDS
 from schemas.lake import DICTIONARY_COLUMNS
 

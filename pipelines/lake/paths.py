@@ -16,7 +16,6 @@ import functools
 import json
 import os
 import posixpath
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.errors import UsageBillingError
 from pipelines.lake import objects
 from pipelines.runtime import compat
+from pipelines.runtime.files import local_atomic
 
 EVENTS = "events"
 OUTCOMES = "outcomes"
@@ -300,24 +300,6 @@ def partition_dates(lake: str, dataset: str) -> list[dt.date]:
 @io_errors
 def write_json(path: str, payload: object) -> None:
     write_bytes(path, json.dumps(payload, sort_keys=True, default=str).encode())
-
-
-@contextlib.contextmanager
-def local_atomic(path: str) -> Iterator[str]:
-    """Where to write the local file ``path`` so that it appears whole or not at all: a name beside it
-    (``<path>.<pid>-<thread>.partial``, which listings of ``*.parquet`` or ``*.json`` skip), renamed
-    over ``path`` when the block ends; removed if the block raises. A task that runs again after its
-    worker was lost writes the same file while tasks of the next stage may be reading the first copy:
-    they keep reading the copy they opened."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    partial = f"{path}.{os.getpid()}-{threading.get_ident()}.partial"
-    try:
-        yield partial
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(partial)
-        raise
 
 
 def write_bytes(path: str, data: bytes) -> None:

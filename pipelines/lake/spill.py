@@ -27,9 +27,9 @@ from pipelines.lake.paths import (
     create_object,
     io_errors,
     is_local,
-    local_atomic,
     open_object,
 )
+from pipelines.runtime.files import local_atomic
 
 T = TypeVar("T")
 

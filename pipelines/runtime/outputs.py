@@ -15,9 +15,7 @@ into the lake or the landing area, and safe to open in a spreadsheet.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.errors import UsageBillingError
+from pipelines.runtime.files import local_atomic
 
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA = r"^[=+\-@\t\r]"
@@ -65,14 +64,9 @@ def output_folder(
 @contextlib.contextmanager
 def atomic(target: Path) -> Iterator[Path]:
     """A temporary path beside ``target`` to write; renamed over ``target`` when the block ends well,
-    removed when it does not."""
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    removed when it does not (``runtime.files.local_atomic``, as the lake's own local files)."""
+    with local_atomic(str(target)) as tmp:
+        yield Path(tmp)
 
 
 def write_text(target: Path, text: str) -> None:

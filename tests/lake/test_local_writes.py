@@ -15,7 +15,7 @@ import pytest
 
 from pipelines import lake
 from pipelines.lake.parquet import ParquetAppender
-from pipelines.lake.paths import local_atomic
+from pipelines.runtime.files import local_atomic
 
 
 def _table(rows: int) -> pa.Table:
